@@ -1,0 +1,24 @@
+"""meanfield: mean-field theory of deep-network initialisation.
+
+Symbolic recursions for the NNGP kernel and the partial-Jacobian factor,
+numeric critical lines, points and exponents, and (in the optional
+``meanfield.verification`` subpackage, which needs torch) Monte-Carlo checks
+on real networks and AutoInit. ``import meanfield`` never imports torch.
+"""
+from .activations import Activation, activation, available_activations
+from .calculus import Architecture, as_architecture
+from .symbolic import Recursion, recursion
+from . import symbols
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Activation",
+    "Architecture",
+    "Recursion",
+    "activation",
+    "as_architecture",
+    "available_activations",
+    "recursion",
+    "symbols",
+]

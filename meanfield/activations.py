@@ -1,0 +1,348 @@
+r"""Activations as data: a sympy definition and the Gaussian moments mean-field theory needs.
+
+Every :class:`Activation` answers, as sympy expressions in the variances it is
+given (h ~ N(0, K); (u, v) a zero-mean Gaussian pair with Var u = K1,
+Var v = K2, Cov(u, v) = K12):
+
+=============================  =====================================
+method                         quantity
+=============================  =====================================
+``second_moment(K)``           E[phi(h)^2]
+``derivative_second_moment``   E[phi'(h)^2]
+``mean(K)``                    E[phi(h)]
+``kernel(K1, K2, K12)``        E[phi(u) phi(v)]   (NNGP two-point kernel)
+``derivative_kernel(...)``     E[phi'(u) phi'(v)]
+``chi_delta_moment(K)``        E[phi''(h)^2 + phi'(h) phi'''(h)]
+=============================  =====================================
+
+Closed forms exist for the scale-invariant family a_+ x Theta(x) + a_- x Theta(-x)
+(ReLU, leaky ReLU, linear, |x|), erf and exact GELU; every other activation
+(tanh, SiLU, softplus, a user's sympy expression) returns unevaluated
+:class:`~meanfield.gaussian.GaussianExpectation` objects, computed by
+quadrature when numbers are needed.
+
+``chi_delta_moment`` is taken in the weak sense through Price's theorem,
+E[phi''^2 + phi' phi'''] = 1/2 E[(phi'^2)''] = d/dK E[phi'(h)^2], which is the
+form in which it enters Lemma D.1 of the partial-Jacobian paper (it comes from
+integrating by parts over a first-layer weight). For ReLU-like activations the
+pointwise expression contains delta(x)^2, but the weak form is finite: 0.
+
+Sources: partial-Jacobian paper (Doshi, He, Gromov), appendices I (scale
+invariant, eqs. 95, 99, 108), J (erf, eqs. 120-123), K (GELU, eqs. 151-154,
+172). The two-point forms are the arc-cosine kernel (Cho & Saul 2009), the
+arcsine kernel (Williams 1997) and, for GELU, a derivation by Gaussian
+integration by parts written out in :meth:`Gelu.kernel` (cf. Tsuchida et al.
+2021). All are checked against mpmath quadrature in tests/test_activations.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import sympy as sp
+
+from .gaussian import GaussianExpectation, GaussianExpectation2
+from .symbols import x
+
+__all__ = [
+    "Activation",
+    "ScaleInvariant",
+    "Erf",
+    "Gelu",
+    "ACTIVATIONS",
+    "activation",
+    "available_activations",
+]
+
+_y = sp.Symbol("y")
+_pi = sp.pi
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation phi(x) given by a sympy expression in :data:`meanfield.symbols.x`.
+
+    The base class computes every moment as an unevaluated Gaussian
+    expectation (quadrature); subclasses override with closed forms.
+    """
+
+    name: str
+    expr: sp.Expr = field(compare=True)
+
+    # -- the function itself ------------------------------------------------
+    @property
+    def derivative(self) -> sp.Expr:
+        """phi'(x) as a sympy expression."""
+        return sp.diff(self.expr, x)
+
+    @property
+    def has_closed_form(self) -> bool:
+        return type(self).second_moment is not Activation.second_moment
+
+    def __call__(self, value):
+        """phi evaluated symbolically at ``value``."""
+        return self.expr.subs(x, value)
+
+    def numpy(self) -> Callable:
+        """A vectorised numpy function computing phi."""
+        return sp.lambdify(x, self.expr, modules=[{"erf": _np_erf}, "numpy", "scipy"])
+
+    # -- one-point moments --------------------------------------------------
+    def second_moment(self, K):
+        """E[phi(h)^2], h ~ N(0, K)."""
+        return GaussianExpectation(sp.Lambda(x, self.expr**2), K)
+
+    def derivative_second_moment(self, K):
+        """E[phi'(h)^2], h ~ N(0, K)."""
+        return GaussianExpectation(sp.Lambda(x, self.derivative**2), K)
+
+    def mean(self, K):
+        """E[phi(h)], h ~ N(0, K)."""
+        return GaussianExpectation(sp.Lambda(x, self.expr), K)
+
+    def chi_delta_moment(self, K):
+        """E[phi''^2 + phi' phi'''] in the weak sense = d/dK E[phi'(h)^2] (Price's theorem)."""
+        k = sp.Dummy("k")
+        return sp.diff(self.derivative_second_moment(k), k).subs(k, K)
+
+    # -- two-point moments --------------------------------------------------
+    def kernel(self, K1, K2, K12):
+        """E[phi(u) phi(v)] for Var u = K1, Var v = K2, Cov(u, v) = K12."""
+        return GaussianExpectation2(sp.Lambda((x, _y), self.expr * self.expr.subs(x, _y)), K1, K2, K12)
+
+    def derivative_kernel(self, K1, K2, K12):
+        """E[phi'(u) phi'(v)] for Var u = K1, Var v = K2, Cov(u, v) = K12."""
+        d = self.derivative
+        return GaussianExpectation2(sp.Lambda((x, _y), d * d.subs(x, _y)), K1, K2, K12)
+
+    def __repr__(self):
+        return f"Activation({self.name!r}, {self.expr})"
+
+
+def _np_erf(z):
+    from scipy.special import erf
+
+    return erf(z)
+
+
+# ---------------------------------------------------------------------------
+# Closed forms.
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True, repr=False)
+class ScaleInvariant(Activation):
+    r"""phi(x) = a_+ x Theta(x) + a_- x Theta(-x) (partial-Jacobian paper, eq. 94).
+
+    ReLU (1, 0), leaky ReLU (1, s), linear (1, 1), |x| (1, -1).
+
+    E[phi^2] = (a_+^2 + a_-^2) K / 2                          (eq. 95)
+    E[phi'^2] = (a_+^2 + a_-^2) / 2                           (eq. 99)
+    E[phi] = (a_+ - a_-) sqrt(K / 2 pi)                       (eq. 108)
+    E[phi(u)phi(v)] = a_+ a_- K12 + (a_+ - a_-)^2 / (2 pi)
+                      [sqrt(K1 K2 - K12^2) + (pi - arccos rho) K12]
+    E[phi'(u)phi'(v)] = a_+ a_- + (a_+ - a_-)^2 (pi - arccos rho) / (2 pi)
+
+    with rho = K12 / sqrt(K1 K2). The two-point forms follow from
+    phi = a_- x + (a_+ - a_-) relu(x) and the arc-cosine kernels of
+    Cho & Saul (2009).
+    """
+
+    a_plus: sp.Expr = sp.Integer(1)
+    a_minus: sp.Expr = sp.Integer(0)
+
+    def second_moment(self, K):
+        return (self.a_plus**2 + self.a_minus**2) * K / 2
+
+    def derivative_second_moment(self, K):
+        return (self.a_plus**2 + self.a_minus**2) / 2
+
+    def mean(self, K):
+        return (self.a_plus - self.a_minus) * sp.sqrt(K / (2 * _pi))
+
+    def chi_delta_moment(self, K):
+        return sp.Integer(0)
+
+    def kernel(self, K1, K2, K12):
+        a, b = self.a_plus, self.a_minus
+        theta = sp.acos(K12 / sp.sqrt(K1 * K2))
+        return a * b * K12 + (a - b) ** 2 / (2 * _pi) * (sp.sqrt(K1 * K2 - K12**2) + (_pi - theta) * K12)
+
+    def derivative_kernel(self, K1, K2, K12):
+        a, b = self.a_plus, self.a_minus
+        theta = sp.acos(K12 / sp.sqrt(K1 * K2))
+        return a * b + (a - b) ** 2 * (_pi - theta) / (2 * _pi)
+
+    def __repr__(self):
+        return f"ScaleInvariant({self.name!r}, a_plus={self.a_plus}, a_minus={self.a_minus})"
+
+
+@dataclass(frozen=True, repr=False)
+class Erf(Activation):
+    r"""phi(x) = erf(x) (partial-Jacobian paper, appendix J).
+
+    E[phi^2] = (2/pi) arcsin(2K / (1 + 2K))                   (eq. 121)
+    E[phi'^2] = (4/pi) / sqrt(1 + 4K)                         (eq. 123)
+    E[phi] = 0
+    E[phi(u)phi(v)] = (2/pi) arcsin(2 K12 / sqrt((1 + 2K1)(1 + 2K2)))   (Williams 1997)
+    E[phi'(u)phi'(v)] = (4/pi) / sqrt((1 + 2K1)(1 + 2K2) - 4 K12^2)
+    """
+
+    def second_moment(self, K):
+        return 2 / _pi * sp.asin(2 * K / (1 + 2 * K))
+
+    def derivative_second_moment(self, K):
+        return 4 / _pi / sp.sqrt(1 + 4 * K)
+
+    def mean(self, K):
+        return sp.Integer(0)
+
+    def kernel(self, K1, K2, K12):
+        return 2 / _pi * sp.asin(2 * K12 / sp.sqrt((1 + 2 * K1) * (1 + 2 * K2)))
+
+    def derivative_kernel(self, K1, K2, K12):
+        return 4 / _pi / sp.sqrt((1 + 2 * K1) * (1 + 2 * K2) - 4 * K12**2)
+
+    def __repr__(self):
+        return "Erf()"
+
+
+@dataclass(frozen=True, repr=False)
+class Gelu(Activation):
+    r"""Exact GELU, phi(x) = x Phi(x) = x/2 (1 + erf(x / sqrt 2)) (paper, appendix K).
+
+    E[phi^2] = K/4 + K/(2 pi) arcsin(K/(1+K)) + K^2 / (pi (1+K) sqrt(1+2K))   (eq. 152)
+    E[phi'^2] = 1/4 + 1/(2 pi) [arcsin(K/(1+K)) + K(3+5K)/((1+K)(1+2K)^{3/2})]  (eq. 154)
+    E[phi] = K / sqrt(2 pi (1 + K))                                           (eq. 172)
+
+    Two-point forms, with D = (1+K1)(1+K2) - K12^2 and
+    rho_ab = K12 / sqrt((1+K1)(1+K2)):
+
+    E[phi(u)phi(v)] = K12 (1/4 + arcsin(rho_ab)/(2 pi))
+                      + [K1 K2 - K12^2 (1 - 1/(1+K1) - 1/(1+K2))] / (2 pi sqrt D)
+    E[phi'(u)phi'(v)] = 1/4 + arcsin(rho_ab)/(2 pi)
+                        + K12 (1/(1+K1) + 1/(1+K2)) / (2 pi sqrt D) + K12 / (2 pi D^{3/2})
+
+    Derivation: write Phi(u) = P(xi_1 <= u) with independent xi_1, xi_2 ~ N(0, 1),
+    so E[u Phi(u) v Phi(v)] = E[u v 1{a > 0} 1{b > 0}] with a = u - xi_1,
+    b = v - xi_2; one Gaussian integration by parts in u gives the three terms.
+    The phi' kernel follows the same way, with Gaussian tilting for the
+    x phi(x) parts. Both reduce to eqs. 152 and 154 at K1 = K2 = K12 = K.
+    """
+
+    def second_moment(self, K):
+        return K / 4 + K / (2 * _pi) * sp.asin(K / (1 + K)) + K**2 / (_pi * (1 + K) * sp.sqrt(1 + 2 * K))
+
+    def derivative_second_moment(self, K):
+        return sp.Rational(1, 4) + (sp.asin(K / (1 + K))
+                                    + K * (3 + 5 * K) / ((1 + K) * (1 + 2 * K) ** sp.Rational(3, 2))) / (2 * _pi)
+
+    def mean(self, K):
+        return K / sp.sqrt(2 * _pi * (1 + K))
+
+    def kernel(self, K1, K2, K12):
+        D = (1 + K1) * (1 + K2) - K12**2
+        rho = K12 / sp.sqrt((1 + K1) * (1 + K2))
+        return (K12 * (sp.Rational(1, 4) + sp.asin(rho) / (2 * _pi))
+                + (K1 * K2 - K12**2 * (1 - 1 / (1 + K1) - 1 / (1 + K2))) / (2 * _pi * sp.sqrt(D)))
+
+    def derivative_kernel(self, K1, K2, K12):
+        D = (1 + K1) * (1 + K2) - K12**2
+        rho = K12 / sp.sqrt((1 + K1) * (1 + K2))
+        return (sp.Rational(1, 4) + sp.asin(rho) / (2 * _pi)
+                + K12 * (1 / (1 + K1) + 1 / (1 + K2)) / (2 * _pi * sp.sqrt(D))
+                + K12 / (2 * _pi * D ** sp.Rational(3, 2)))
+
+    def __repr__(self):
+        return "Gelu()"
+
+
+# ---------------------------------------------------------------------------
+# Registry.
+# ---------------------------------------------------------------------------
+def _scale_invariant(name, a_plus, a_minus):
+    a_plus, a_minus = sp.nsimplify(a_plus), sp.nsimplify(a_minus)
+    expr = sp.Piecewise((a_plus * x, x >= 0), (a_minus * x, True))
+    return ScaleInvariant(name, expr, a_plus, a_minus)
+
+
+def _leaky_relu(negative_slope=0.01):
+    from ._validate import is_number
+
+    if not is_number(negative_slope):
+        raise ValueError(f"negative_slope must be a finite real number, got {negative_slope!r}")
+    return _scale_invariant("leaky_relu", 1, negative_slope)
+
+
+def _scale_invariant_factory(a_plus=1, a_minus=0):
+    from ._validate import is_number
+
+    for n, v in (("a_plus", a_plus), ("a_minus", a_minus)):
+        if not is_number(v):
+            raise ValueError(f"{n} must be a finite real number, got {v!r}")
+    return _scale_invariant("scale_invariant", a_plus, a_minus)
+
+
+#: name -> factory(**params) -> Activation
+ACTIVATIONS: dict[str, Callable[..., Activation]] = {
+    "relu": lambda: _scale_invariant("relu", 1, 0),
+    "leaky_relu": _leaky_relu,
+    "linear": lambda: _scale_invariant("linear", 1, 1),
+    "abs": lambda: _scale_invariant("abs", 1, -1),
+    "scale_invariant": _scale_invariant_factory,
+    "erf": lambda: Erf("erf", sp.erf(x)),
+    "gelu": lambda: Gelu("gelu", x / 2 * (1 + sp.erf(x / sp.sqrt(2)))),
+    "tanh": lambda: Activation("tanh", sp.tanh(x)),
+    "silu": lambda: Activation("silu", x / (1 + sp.exp(-x))),
+    "swish": lambda: Activation("swish", x / (1 + sp.exp(-x))),
+    "softplus": lambda: Activation("softplus", sp.log(1 + sp.exp(x))),
+}
+
+
+def available_activations() -> tuple[str, ...]:
+    """Names accepted by :func:`activation`."""
+    return tuple(ACTIVATIONS)
+
+
+def activation(spec, **params) -> Activation:
+    """An :class:`Activation` from a name, a sympy expression, or an Activation.
+
+    Parameters
+    ----------
+    spec : str | sympy.Expr | Activation
+        A registered name (see :func:`available_activations`; ``leaky_relu``
+        takes ``negative_slope``, ``scale_invariant`` takes ``a_plus`` and
+        ``a_minus``), or a sympy expression in exactly one free symbol, e.g.
+        ``sympy.sin(t) + t / 2``, whose Gaussian moments are then computed by
+        quadrature.
+
+    Raises
+    ------
+    ValueError
+        Unknown name, unexpected parameters, or an expression without exactly
+        one free symbol.
+    """
+    if isinstance(spec, Activation):
+        if params:
+            raise ValueError(f"activation parameters {sorted(params)} cannot be applied to an Activation instance")
+        return spec
+    if isinstance(spec, str):
+        key = spec.strip().lower()
+        if key not in ACTIVATIONS:
+            raise ValueError(
+                f"activation={spec!r} is not known; choose one of {', '.join(ACTIVATIONS)} "
+                "or pass a sympy expression in one variable")
+        try:
+            return ACTIVATIONS[key](**params)
+        except TypeError:
+            raise ValueError(f"activation {key!r} does not take parameters {sorted(params)}") from None
+    if isinstance(spec, sp.Basic):
+        if params:
+            raise ValueError(f"activation parameters {sorted(params)} cannot be applied to a sympy expression")
+        expr = sp.sympify(spec)
+        free = expr.free_symbols
+        if len(free) != 1:
+            raise ValueError(
+                f"activation expression {expr} must have exactly one free symbol, "
+                f"found {len(free)}: {sorted(map(str, free))}")
+        (var,) = free
+        return Activation(str(expr), expr.subs(var, x))
+    raise ValueError(f"activation must be a name, a sympy expression or an Activation, got {spec!r}")
