@@ -1,0 +1,313 @@
+"""The ``meanfield`` command line (also ``python -m meanfield``).
+
+Every subcommand takes the same architecture options
+(``--activation gelu --norm ln_pre --mu 0.5``) and ``--json`` for
+machine-readable output. Usage errors print one line and exit with status 2.
+
+Subcommands: recursion, critical-point, critical-line, exponents,
+phase-diagram, verify, autoinit.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main", "build_parser"]
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A problem with what the user typed: one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + message
+        raise UsageError(f"{self.prog}: {message}")
+
+
+# ---------------------------------------------------------------------------
+# Shared options.
+# ---------------------------------------------------------------------------
+def _add_arch_options(p):
+    from .activations import available_activations
+    from .calculus import BLOCKS, NORMS
+
+    g = p.add_argument_group("architecture")
+    g.add_argument("--activation", default="relu", metavar="NAME",
+                   help=f"activation: one of {', '.join(available_activations())} (default relu)")
+    g.add_argument("--negative-slope", type=float, default=None,
+                   help="negative slope for --activation leaky_relu (default 0.01)")
+    g.add_argument("--norm", default="none", choices=NORMS, help="normalisation in an MLP block (default none)")
+    g.add_argument("--mu", type=float, default=None,
+                   help="residual strength in [0, 1]; omit for no skip connection")
+    g.add_argument("--block", default="mlp", choices=BLOCKS, help="block type (default mlp)")
+    g.add_argument("--eps", type=float, default=0.1, help="LayerScale of resmlp blocks (default 0.1)")
+    g.add_argument("--stages", type=int, default=1, help="norm->phi->Dense stages per MLP block (default 1)")
+
+
+def _add_json(p):
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _architecture(args):
+    from .calculus import as_architecture
+
+    kw = dict(activation=args.activation, norm=args.norm, mu=args.mu, block=args.block,
+              eps=args.eps, stages=args.stages)
+    if args.negative_slope is not None:
+        kw["negative_slope"] = args.negative_slope
+    return as_architecture(**kw)
+
+
+def parse_grid(text: str, name: str) -> np.ndarray:
+    """'a:b:n' (n points from a to b) or 'v1,v2,...' -> float64 array."""
+    try:
+        if ":" in text:
+            a, b, n = text.split(":")
+            n = int(n)
+            if n < 1:
+                raise ValueError
+            return np.linspace(float(a), float(b), n)
+        return np.array([float(v) for v in text.split(",")], dtype=np.float64)
+    except ValueError:
+        raise UsageError(f"--{name} takes 'start:stop:count' or a comma-separated list of numbers, got {text!r}") \
+            from None
+
+
+def _emit(args, result, text: str | None = None):
+    from ._serialize import to_jsonable
+
+    if getattr(args, "json", False):
+        print(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
+    else:
+        print(text if text is not None else result)
+
+
+# ---------------------------------------------------------------------------
+# Commands.
+# ---------------------------------------------------------------------------
+def cmd_recursion(args):
+    import sympy as sp
+
+    from .symbolic import recursion
+
+    rec = recursion(_architecture(args))
+    if args.json:
+        data = {"architecture": str(rec.architecture), "state": [str(s) for s in rec.state]}
+        for name in ("kernel", "kernel12", "chi_J", "chi_K", "chi_Delta"):
+            data[name] = str(getattr(rec, name))
+            data[name + "_latex"] = sp.latex(getattr(rec, name))
+        print(json.dumps(data, indent=2))
+    elif args.latex:
+        print(rec.latex())
+    else:
+        print(rec)
+
+
+def cmd_critical_point(args):
+    import meanfield as mf
+
+    _emit(args, mf.critical_point(_architecture(args)))
+
+
+def cmd_critical_line(args):
+    import meanfield as mf
+
+    sw = parse_grid(args.sigma_w, "sigma-w")
+    line = mf.critical_line(_architecture(args), sigma_w=sw)
+    if args.json:
+        _emit(args, line)
+        return
+    sb = np.asarray(getattr(line, "sigma_b", line), dtype=float)
+    sw_out = np.asarray(getattr(line, "sigma_w", sw), dtype=float)
+    if args.csv:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["sigma_w", "sigma_b"])
+        for a, b in zip(np.broadcast_to(sw_out, sb.shape), sb):
+            w.writerow([repr(float(a)), repr(float(b))])
+        print(buf.getvalue(), end="")
+        return
+    print(line)
+
+
+def cmd_exponents(args):
+    import meanfield as mf
+
+    _emit(args, mf.exponents(_architecture(args), sigma_w=args.sigma_w, sigma_b=args.sigma_b))
+
+
+def cmd_phase_diagram(args):
+    import meanfield as mf
+    from ._serialize import to_jsonable
+
+    arch = _architecture(args)
+    sw = parse_grid(args.sigma_w, "sigma-w")
+    sb = parse_grid(args.sigma_b, "sigma-b")
+    SW, SB = np.meshgrid(sw, sb, indexing="ij")
+    pd = mf.phase_diagram(arch, sigma_w=SW, sigma_b=SB)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    chi = np.asarray(pd.chi_J, dtype=float)
+    with open(out.with_suffix(".csv"), "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["sigma_w", "sigma_b", "chi_J", "xi", "phase"])
+        phase = np.broadcast_to(np.asarray(getattr(pd, "phase", np.full(chi.shape, "")), dtype=object), chi.shape)
+        xi = np.asarray(getattr(pd, "xi", np.full(chi.shape, np.nan)), dtype=float)
+        for idx in np.ndindex(chi.shape):
+            w.writerow([SW[idx], SB[idx], chi[idx], xi[idx], phase[idx]])
+    record = {"architecture": str(arch), "sigma_w": sw, "sigma_b": sb, "result": pd}
+    out.with_suffix(".json").write_text(json.dumps(to_jsonable(record), allow_nan=False))
+    png = out.with_suffix(".png")
+    _plot_phase_diagram(arch, sw, sb, chi, png)
+    summary = {"png": str(png), "csv": str(out.with_suffix(".csv")), "json": str(out.with_suffix(".json")),
+               "chi_J_min": float(np.nanmin(chi)), "chi_J_max": float(np.nanmax(chi))}
+    _emit(args, summary, text="\n".join(f"{k}: {v}" for k, v in summary.items()))
+
+
+def _plot_phase_diagram(arch, sw, sb, chi, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import meanfield as mf
+
+    fig, ax = plt.subplots(figsize=(5, 4), dpi=100)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logchi = np.log(chi)
+    m = ax.pcolormesh(sw, sb, logchi.T, cmap="RdBu_r", vmin=-1, vmax=1, shading="auto")
+    fig.colorbar(m, ax=ax, label=r"$\log \chi_J^\star$")
+    try:
+        line = mf.critical_line(arch, sigma_w=sw)
+        ax.plot(np.asarray(getattr(line, "sigma_w", sw), dtype=float),
+                np.asarray(getattr(line, "sigma_b", line), dtype=float), "k-", lw=1.5, label="critical line")
+        ax.legend(loc="upper left", fontsize=8)
+    except Exception:  # everywhere-critical architectures have no line to draw
+        pass
+    ax.set_xlabel(r"$\sigma_w$")
+    ax.set_ylabel(r"$\sigma_b$")
+    ax.set_xlim(sw.min(), sw.max())
+    ax.set_ylim(sb.min(), sb.max())
+    ax.set_title(str(arch))
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def cmd_verify(args):
+    from .verification.suite import main as suite_main
+
+    argv = ["--quick"] if args.quick else []
+    if args.device:
+        argv += ["--device", args.device]
+    if args.out:
+        argv += ["--out", args.out]
+    return suite_main(argv)
+
+
+def cmd_autoinit(args):
+    from .verification.autoinit import cli_autoinit
+
+    return cli_autoinit(args)
+
+
+# ---------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="meanfield", description="Mean-field theory of deep-network initialisation.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    s = sub.add_parser("recursion", help="print the derived infinite-width recursions",
+                       description="Print K^{l+1}(K^l), chi_J, chi_K for an architecture.")
+    _add_arch_options(s)
+    s.add_argument("--latex", action="store_true", help="print LaTeX instead of text")
+    _add_json(s)
+    s.set_defaults(func=cmd_recursion)
+
+    s = sub.add_parser("critical-point", help="points with chi_J* = chi_K* = 1",
+                       description="All critical points (chi_J* = chi_K* = 1) with K* and stability.")
+    _add_arch_options(s)
+    _add_json(s)
+    s.set_defaults(func=cmd_critical_point)
+
+    s = sub.add_parser("critical-line", help="sigma_b on the critical line for given sigma_w",
+                       description="sigma_b(sigma_w) with chi_J* = 1 (nan where no line exists).")
+    _add_arch_options(s)
+    s.add_argument("--sigma-w", default="0.5:3:11", help="'start:stop:count' or a list (default 0.5:3:11)")
+    fmt = s.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="print CSV")
+    fmt.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_critical_line)
+
+    s = sub.add_parser("exponents", help="critical exponents zeta_K and zeta",
+                       description="Critical exponents, analytic (series) and numeric (deep iteration).")
+    _add_arch_options(s)
+    s.add_argument("--sigma-w", type=float, required=True)
+    s.add_argument("--sigma-b", type=float, required=True)
+    _add_json(s)
+    s.set_defaults(func=cmd_exponents)
+
+    s = sub.add_parser("phase-diagram", help="chi_J*, xi and phase on a grid; writes PNG, CSV and JSON",
+                       description="Phase diagram on a (sigma_w, sigma_b) grid.")
+    _add_arch_options(s)
+    s.add_argument("--sigma-w", default="0.1:3:60")
+    s.add_argument("--sigma-b", default="0:2:40")
+    s.add_argument("--out", default="phase_diagram", help="output path prefix (default ./phase_diagram)")
+    _add_json(s)
+    s.set_defaults(func=cmd_phase_diagram)
+
+    s = sub.add_parser("verify", help="run the Monte-Carlo verification suite (needs torch)",
+                       description="Compare theory with Monte-Carlo torch networks.")
+    mode = s.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="the CPU-sized quick suite (default)")
+    mode.add_argument("--full", action="store_true", help="the full suite (meant for a GPU)")
+    s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    s.add_argument("--out", default=None, help="output directory for the report")
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("autoinit", help="tune a model to criticality with AutoInit (needs torch)",
+                       description="Tune one of the package's models and write the tuned initialisation (JSON).")
+    s.add_argument("--model", default="mlp", choices=("mlp", "resmlp", "vgg"))
+    s.add_argument("--depth", type=int, default=10)
+    s.add_argument("--width", type=int, default=256)
+    s.add_argument("--activation", default="relu")
+    s.add_argument("--sigma-w", type=float, default=2.0)
+    s.add_argument("--steps", type=int, default=200)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", default="autoinit.json")
+    _add_json(s)
+    s.set_defaults(func=cmd_autoinit)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if getattr(args, "quick", False) is False and getattr(args, "full", None) is False \
+                and args.command == "verify":
+            args.quick = True
+        rc = args.func(args)
+        return int(rc or 0)
+    except UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:  # bad values reach the library's validation
+        print(f"meanfield: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ImportError as exc:
+        print(f"meanfield: error: {exc} (install the verification extra: pip install 'meanfield[verify]')",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
