@@ -1,0 +1,76 @@
+"""Generate docs/api.md from the package's docstrings.
+
+Run ``python docs/gen_api.py`` after changing a public docstring;
+tests/test_docs.py fails when docs/api.md is out of date.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # document this checkout
+
+#: module -> public names documented (None: the module's __all__)
+MODULES = [
+    ("meanfield", None),
+    ("meanfield.activations", None),
+    ("meanfield.calculus", None),
+    ("meanfield.symbolic", None),
+    ("meanfield.gaussian", None),
+    ("meanfield.solvers", None),
+    ("meanfield.shaping", None),
+    ("meanfield.scaling", None),
+    ("meanfield.verification", None),
+    ("meanfield.verification.autoinit", None),
+]
+
+
+def _signature(obj) -> str:
+    try:
+        return str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return ""
+
+
+def _doc(obj) -> str:
+    return inspect.cleandoc(obj.__doc__) if obj.__doc__ else "(undocumented)"
+
+
+def render() -> str:
+    out = ["# API reference", "",
+           "Generated from the docstrings by `python docs/gen_api.py`; do not edit by hand.", ""]
+    for modname, names in MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError as exc:  # optional parts (torch) may be missing
+            out += [f"## `{modname}`", "", f"(not importable here: {exc})", ""]
+            continue
+        out += [f"## `{modname}`", "", _doc(mod).split("\n\n")[0], ""]
+        names = names or getattr(mod, "__all__", [])
+        for name in names:
+            obj = getattr(mod, name, None)
+            if obj is None or inspect.ismodule(obj):
+                continue
+            if modname == "meanfield" and getattr(obj, "__module__", modname) != modname:
+                # re-exports are documented where they are defined
+                out.append(f"- `{name}`: see `{getattr(obj, '__module__', '?')}`")
+                continue
+            if not callable(obj):
+                out += [f"### `{modname}.{name}`", "", f"*data* ({type(obj).__name__})", ""]
+                continue
+            kind = "class" if inspect.isclass(obj) else "function"
+            sig = _signature(obj)
+            out += [f"### `{modname}.{name}{sig}`", "", f"*{kind}*", "", "```text", _doc(obj), "```", ""]
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    target = Path(__file__).with_name("api.md")
+    text = render()
+    if "--check" in sys.argv:
+        sys.exit(0 if target.exists() and target.read_text() == text else 1)
+    target.write_text(text)
+    print(f"wrote {target}")
