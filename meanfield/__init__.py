@@ -9,6 +9,9 @@ from .activations import Activation, activation, available_activations
 from .calculus import Architecture, as_architecture
 from .symbolic import Recursion, recursion
 from . import symbols
+# numeric solvers: numba is imported (and kernels compiled) on first use only
+from .solvers import *  # noqa: F401,F403
+from .solvers import __all__ as _solver_names
 
 __version__ = "0.1.0"
 
@@ -22,3 +25,4 @@ __all__ = [
     "recursion",
     "symbols",
 ]
+__all__ += list(_solver_names)

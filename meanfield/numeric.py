@@ -1,0 +1,335 @@
+r"""Compile the symbolic recursions of :mod:`meanfield.symbolic` to numba.
+
+One source of truth: the numeric solvers never re-derive a recursion. For an
+:class:`~meanfield.calculus.Architecture`, :func:`compiled` takes the sympy
+expressions of :func:`meanfield.recursion` (``kernel``, ``kernel12``,
+``chi_J``, ``chi_K``, ``chi_Delta``), rewrites them in the variances
+``W = sigma_w**2`` and ``T = sigma_b**2`` (the calculus only ever uses the
+squares), adds the partial derivatives the solvers need, prints each one as
+Python source with the ``math`` module, and compiles it with
+``numba.njit``. Every compiled function has the signature
+
+    f(K, K12, W, T, mu, eps) -> float
+
+(``mu`` and ``eps`` stay runtime arguments, so one compilation serves every
+residual strength and LayerScale).
+
+Unevaluated Gaussian expectations (activations without closed forms) become
+calls to numba quadratures over the exp-sinh rule of
+:mod:`meanfield.gaussian` (``RULE_U``, ``RULE_W``):
+``E[f(h)] = sum_i w_i [f(s u_i) + f(-s u_i)]`` with ``s = sqrt(K)``, and the
+nested rule of :func:`meanfield.gaussian.expect2` for two-point
+expectations. The activation body ``f`` is compiled to its own njit function.
+
+Caching
+-------
+``numba.njit(cache=True)`` needs a real source file, so the generated code
+(expressions + the solver kernels of :mod:`meanfield._kernels`) is written
+to ``$MEANFIELD_CACHE_DIR`` (default ``$XDG_CACHE_HOME/meanfield`` or
+``~/.cache/meanfield``; a temporary directory when that is not writable)
+under a name that hashes the source, the quadrature rule and the numba and
+Python versions, and imported from there. A second process finds the file
+and numba's on-disk cache next to it and does not recompile.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import sympy as sp
+from sympy.printing.pycode import PythonCodePrinter
+
+from . import symbols as S
+from .calculus import Architecture, as_architecture
+from .gaussian import GaussianExpectation, GaussianExpectation2, RULE_U, RULE_W
+from .symbolic import recursion
+
+__all__ = ["W", "T", "ARGS", "FUNCTIONS", "CompiledRecursion", "compiled", "generate_source",
+           "cache_dir"]
+
+#: sigma_w**2 and sigma_b**2: the compiled functions take variances.
+W, T = sp.symbols("W T")
+#: argument order of every compiled function
+ARGS = (S.K, S.K12, W, T, S.mu, S.eps)
+
+
+def _expressions(rec) -> dict:
+    """name -> sympy expression in ARGS for every function the solvers use."""
+    to_var = {S.sigma_w: sp.sqrt(W), S.sigma_b: sp.sqrt(T)}
+
+    def v(e):
+        return sp.sympify(e).subs(to_var)
+
+    F, F12, X, XD = v(rec.kernel), v(rec.kernel12), v(rec.chi_J), v(rec.chi_Delta)
+    chiK = sp.diff(F, S.K)
+    return {
+        "kernel": F,
+        "kernel12": F12,
+        "chi_J": X,
+        "chi_K": chiK,
+        "chi_Delta": XD,
+        # pair state (BatchNorm): the rest of the 2x2 Jacobian of (K, K12) -> (K', K12')
+        "dkernel_dK12": sp.diff(F, S.K12),
+        "dkernel12_dK": sp.diff(F12, S.K),
+        "dkernel12_dK12": sp.diff(F12, S.K12),
+        # critical lines and points: Newton on (K, W, T)
+        "dkernel_dW": sp.diff(F, W),
+        "dkernel_dT": sp.diff(F, T),
+        "dchiJ_dK": sp.diff(X, S.K),
+        "dchiJ_dW": sp.diff(X, W),
+        "dchiJ_dT": sp.diff(X, T),
+        "dchiK_dK": sp.diff(chiK, S.K),
+        "dchiK_dW": sp.diff(chiK, W),
+        "dchiK_dT": sp.diff(chiK, T),
+    }
+
+
+#: names of the compiled expression functions
+FUNCTIONS = (
+    "kernel", "kernel12", "chi_J", "chi_K", "chi_Delta", "dkernel_dK12", "dkernel12_dK",
+    "dkernel12_dK12", "dkernel_dW", "dkernel_dT", "dchiJ_dK", "dchiJ_dW", "dchiJ_dT",
+    "dchiK_dK", "dchiK_dW", "dchiK_dT")
+
+
+# ---------------------------------------------------------------------------
+# Code generation.
+# ---------------------------------------------------------------------------
+_JIT = 'njit(cache=True, error_model="numpy", nogil=True)'
+
+
+class _Printer(PythonCodePrinter):
+    """Python/math printer; unknown functions (our placeholders) print as calls."""
+
+    def __init__(self):
+        super().__init__({"allow_unknown_functions": True, "fully_qualified_modules": True})
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+    def _print_Heaviside(self, expr):  # H(0) = 1/2, as sympy's default
+        a = self._print(expr.args[0])
+        return f"(0.5 if ({a}) == 0 else (1.0 if ({a}) > 0 else 0.0))"
+
+    def _print_DiracDelta(self, expr):
+        # weak-sense delta terms only appear multiplied by functions that
+        # vanish where the delta sits (x delta(x)); numerically they are 0.
+        return "0.0"
+
+
+class _Gen:
+    """Collects helper functions (activation bodies, quadratures) for one module."""
+
+    def __init__(self):
+        self.lines = []
+        self.one = {}   # f body -> quadrature name
+        self.two = {}
+        self.printer = _Printer()
+
+    def _body(self, name, variables, expr):
+        sub = {v: sp.Symbol(f"_v{i}") for i, v in enumerate(variables)}
+        code = self.printer.doprint(sp.sympify(expr).subs(sub))
+        self._check(code, expr)
+        self.lines += [f"@{_JIT}", f"def {name}({', '.join(str(s) for s in sub.values())}):",
+                       f"    return {code}", ""]
+
+    def _check(self, code, expr):
+        if "# Not supported" in code or "Not supported in Python" in code:
+            raise ValueError(f"cannot compile {expr} to numba: the printer does not support it ({code!r})")
+
+    def quad1(self, f: sp.Lambda) -> str:
+        key = sp.srepr(f)
+        if key not in self.one:
+            i = len(self.one)
+            fname, qname = f"_f1_{i}", f"_E1_{i}"
+            self._body(fname, f.variables, f.expr)
+            self.lines += [
+                f"@{_JIT}",
+                f"def {qname}(K):",
+                "    s = math.sqrt(K)",
+                "    acc = 0.0",
+                "    for i in range(_NQ):",
+                f"        acc += _RW[i] * ({fname}(s * _RU[i]) + {fname}(-s * _RU[i]))",
+                "    return acc",
+                "",
+            ]
+            self.one[key] = qname
+        return self.one[key]
+
+    def quad2(self, f: sp.Lambda) -> str:
+        key = sp.srepr(f)
+        if key not in self.two:
+            i = len(self.two)
+            fname, qname = f"_f2_{i}", f"_E2_{i}"
+            self._body(fname, f.variables, f.expr)
+            self.lines += [
+                f"@{_JIT}",
+                f"def {qname}(K1, K2, K12):",
+                "    d = math.sqrt(K1 * K2)",
+                "    rho = 0.0",
+                "    if d > 0.0:",
+                "        rho = min(1.0, max(-1.0, K12 / d))",
+                "    s1 = math.sqrt(K1)",
+                "    a = rho * math.sqrt(K2)",
+                "    sd = math.sqrt(max(K2 * (1.0 - rho * rho), 0.0))",
+                "    acc = 0.0",
+                "    for i in range(_NQ):",
+                "        for sgn in (1.0, -1.0):",
+                "            z1 = sgn * _RU[i]",
+                "            u = s1 * z1",
+                "            m = a * z1",
+                "            inner = 0.0",
+                "            for j in range(_NQ):",
+                f"                inner += _RW[j] * ({fname}(u, m + sd * _RU[j]) + {fname}(u, m - sd * _RU[j]))",
+                "            acc += _RW[i] * inner",
+                "    return acc",
+                "",
+            ]
+            self.two[key] = qname
+        return self.two[key]
+
+    def function(self, name: str, expr) -> None:
+        expr = sp.sympify(expr)
+        # Replace quadratures by placeholder calls before CSE, so that CSE never
+        # reaches inside a Lambda.
+        repl = {}
+        for ge in expr.atoms(GaussianExpectation):
+            repl[ge] = sp.Function(self.quad1(ge.args[0]))(ge.args[1])
+        for ge in expr.atoms(GaussianExpectation2):
+            repl[ge] = sp.Function(self.quad2(ge.args[0]))(*ge.args[1:])
+        if repl:
+            expr = expr.xreplace(repl)
+        replacements, (reduced,) = sp.cse([expr], symbols=sp.numbered_symbols("_c"))
+        params = ", ".join(str(a) for a in ARGS)
+        out = [f"@{_JIT}", f"def {name}({params}):"]
+        for sym, sub in replacements:
+            code = self.printer.doprint(sub)
+            self._check(code, sub)
+            out.append(f"    {sym} = {code}")
+        code = self.printer.doprint(reduced)
+        self._check(code, reduced)
+        out += [f"    return {code}", ""]
+        self.lines += out
+
+
+_TEMPLATE = Path(__file__).with_name("_kernels.py")
+
+
+def _rule_digest() -> str:
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(RULE_U).tobytes())
+    h.update(np.ascontiguousarray(RULE_W).tobytes())
+    return h.hexdigest()[:16]
+
+
+def generate_source(arch) -> str:
+    """The Python source of the compiled module for ``arch`` (expressions + solver kernels)."""
+    arch = as_architecture(arch)
+    exprs = _expressions(recursion(arch))
+    gen = _Gen()
+    for name in FUNCTIONS:
+        gen.function(name, exprs[name])
+    import numba
+
+    header = [
+        f'"""Generated by meanfield.numeric for: {arch}. Do not edit."""',
+        f"# numba {numba.__version__}; python {sys.version.split()[0]}; rule {_rule_digest()}",
+        "import math",
+        "import numpy as np",
+        "from numba import njit",
+        "from meanfield.gaussian import RULE_U as _RU, RULE_W as _RW",
+        "",
+        "_NQ = _RU.shape[0]",
+        "",
+    ]
+    return "\n".join(header + gen.lines) + "\n\n" + _TEMPLATE.read_text()
+
+
+# ---------------------------------------------------------------------------
+# Loading (with the on-disk cache).
+# ---------------------------------------------------------------------------
+def cache_dir() -> Path:
+    """Where generated modules (and numba's caches next to them) live."""
+    env = os.environ.get("MEANFIELD_CACHE_DIR")
+    if env:
+        base = Path(env)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = (Path(xdg) if xdg else Path.home() / ".cache") / "meanfield"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        probe = base / f".probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+        return base
+    except OSError:
+        fallback = Path(tempfile.gettempdir()) / f"meanfield-cache-{os.getuid() if hasattr(os, 'getuid') else 0}"
+        fallback.mkdir(parents=True, exist_ok=True)
+        return fallback
+
+
+_LOCK = threading.Lock()
+
+
+def _load(source: str):
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    modname = f"meanfield_compiled_{digest}"
+    if modname in sys.modules:
+        return sys.modules[modname]
+    path = cache_dir() / f"{modname}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)  # atomic: concurrent processes never see half a file
+    spec = importlib.util.spec_from_file_location(modname, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(modname, None)
+        raise
+    return module
+
+
+@dataclass(frozen=True)
+class CompiledRecursion:
+    """The compiled module of one architecture.
+
+    ``module`` holds the njit functions named in :data:`FUNCTIONS` (signature
+    ``f(K, K12, W, T, mu, eps)``) and the solver kernels of
+    :mod:`meanfield._kernels`. ``mu`` and ``eps`` are the architecture's
+    values (0 where it has none), ready to pass.
+    """
+
+    architecture: Architecture
+    module: object
+    source_path: str
+    mu: float
+    eps: float
+    pair: bool
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+
+@lru_cache(maxsize=128)
+def _compiled(arch: Architecture) -> CompiledRecursion:
+    with _LOCK:
+        module = _load(generate_source(arch))
+    rec = recursion(arch)
+    pair = S.K12 in rec.state
+    mu = float(arch.mu) if arch.mu is not None else 0.0
+    return CompiledRecursion(arch, module, module.__file__, mu, float(arch.eps), pair)
+
+
+def compiled(arch=None, **kwargs) -> CompiledRecursion:
+    """The numba-compiled recursions and solver kernels of ``arch`` (cached in memory and on disk)."""
+    return _compiled(as_architecture(arch, **kwargs))

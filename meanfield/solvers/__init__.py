@@ -1,0 +1,22 @@
+"""Numeric solvers driven by the compiled symbolic recursions (numba).
+
+Fixed points and depth profiles (:mod:`.fixed`), critical lines and points,
+correlation lengths and phase diagrams, critical exponents and finite-width
+corrections. Every function accepts an :class:`~meanfield.Architecture` or
+the same keywords, broadcasts over numpy arrays of sigma_w and sigma_b and
+works in float64.
+"""
+from ._common import ConvergenceError
+from .fixed import (FixedPointState, KernelProfile, chi_J, chi_K, fixed_point, fixed_point_state,
+                    kernel_profile)
+
+__all__ = [
+    "ConvergenceError",
+    "FixedPointState",
+    "KernelProfile",
+    "chi_J",
+    "chi_K",
+    "fixed_point",
+    "fixed_point_state",
+    "kernel_profile",
+]

@@ -1,0 +1,180 @@
+r"""Depth profiles, fixed points and the APJN factor at the fixed point.
+
+Conventions: K^1 is the kernel of the first hidden layer's preactivations.
+A unit-norm input x (|x|^2 / N_0 = 1) gives K^1 = sigma_w^2 + sigma_b^2, and
+two orthogonal unit-norm inputs give K12^1 = sigma_b^2; these are the
+defaults for ``K0`` and ``K12_0``. ``chi_J[l]`` is J^{l,l+1}, the factor the
+block after layer l contributes, so J^{l0,l} = prod_{l'=l0}^{l-1} chi_J[l'].
+
+A fixed point that does not exist in the direction the map moves (ReLU with
+sigma_w^2 > 2, residual mu = 1 without LayerNorm, chaotic unbounded
+activations) is reported as K* = inf; chi_J* is then the limit of chi_J^l
+as K^l -> inf.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..calculus import Architecture
+from ._common import (DEFAULT_MAXITER, ST_INF, ST_OK, as_output, prepare, raise_for_status,
+                      variances)
+from .._validate import check_nonnegative
+
+__all__ = ["KernelProfile", "kernel_profile", "fixed_point", "chi_J", "chi_K", "FixedPointState",
+           "fixed_point_state"]
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """K^l, K12^l and chi_J^l = J^{l,l+1} for l = 1..depth (float64 arrays)."""
+
+    architecture: Architecture
+    sigma_w: float
+    sigma_b: float
+    layers: np.ndarray      # 1..depth
+    K: np.ndarray
+    K12: np.ndarray | None  # None unless the architecture needs pairs (or pair=True)
+    chi_J: np.ndarray
+
+    @property
+    def J(self) -> np.ndarray:
+        """J^{1,l} = prod_{l' < l} chi_J[l'] for l = 1..depth (J^{1,1} = 1)."""
+        out = np.ones_like(self.chi_J)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            np.cumprod(self.chi_J[:-1], out=out[1:])
+        return out
+
+
+def _initial(K0, K12_0, W, T):
+    if K0 is None:
+        K0 = W + T
+    else:
+        K0 = check_nonnegative("K0", K0)
+    if K12_0 is None:
+        K12_0 = T
+    else:
+        K12_0 = np.asarray(K12_0, dtype=np.float64)
+        if not np.all(np.isfinite(K12_0)):
+            raise ValueError(f"K12_0 must be finite, got {K12_0!r}")
+    K0, K12_0, W, T = np.broadcast_arrays(np.asarray(K0, float), np.asarray(K12_0, float), W, T)
+    if np.any(np.abs(K12_0) > K0 * (1 + 1e-12)):
+        raise ValueError("K12_0 must satisfy |K12_0| <= K0 (a covariance of two equal-norm inputs)")
+    return K0, K12_0, W, T
+
+
+def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K12_0=None,
+                   pair=None, **arch_kwargs) -> KernelProfile:
+    """Iterate the infinite-width recursions through ``depth`` layers.
+
+    Parameters
+    ----------
+    arch : Architecture, optional
+        Or the architecture keywords (``activation="erf", norm="ln_pre"``...).
+    sigma_w, sigma_b : float
+        Weight and bias scales (>= 0).
+    depth : int
+        Number of layers l = 1..depth reported.
+    K0 : float, optional
+        K^1; default sigma_w^2 + sigma_b^2 (a unit-norm input).
+    K12_0 : float, optional
+        K12^1 for the pair state; default sigma_b^2 (orthogonal unit-norm inputs).
+    pair : bool, optional
+        Also iterate K12 for architectures that do not need it (default: only
+        when the architecture needs pairs, i.e. BatchNorm).
+
+    Returns
+    -------
+    KernelProfile with ``K[l-1] = K^l``, ``chi_J[l-1] = J^{l,l+1}`` and
+    ``K12`` (or None), all float64 of length ``depth``.
+    """
+    arch, comp = prepare(arch, arch_kwargs)
+    if sigma_w is None or sigma_b is None or depth is None:
+        raise ValueError("kernel_profile needs sigma_w, sigma_b and depth")
+    for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
+        if np.ndim(v) != 0:
+            raise ValueError(f"{name} must be a scalar for kernel_profile, got an array of shape {np.shape(v)}")
+    if not (isinstance(depth, (int, np.integer)) and depth >= 1):
+        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    sw, sb, W, T = variances(sigma_w, sigma_b)
+    K0, Q0, W, T = _initial(K0, K12_0, W, T)
+    need_pair = comp.pair if pair is None else (bool(pair) or comp.pair)
+    outK = np.empty(int(depth))
+    outQ = np.empty(int(depth))
+    outX = np.empty(int(depth))
+    comp.profile(float(K0), float(Q0) if need_pair else 0.0, float(W), float(T), comp.mu, comp.eps,
+                 need_pair, outK, outQ, outX)
+    return KernelProfile(arch, float(sw), float(sb), np.arange(1, int(depth) + 1), outK,
+                         outQ if need_pair else None, outX)
+
+
+@dataclass(frozen=True)
+class FixedPointState:
+    """The fixed point reached from K0 and the factors there (arrays broadcast over the inputs).
+
+    ``K`` is inf where the kernel diverges; ``K12`` is nan for one-input
+    states; ``chi_J``, ``chi_K`` are the limits along the divergence there.
+    ``status`` holds the kernel codes (0 converged, 1 divergent, others failed).
+    """
+
+    architecture: Architecture
+    sigma_w: np.ndarray
+    sigma_b: np.ndarray
+    K: np.ndarray
+    K12: np.ndarray
+    chi_J: np.ndarray
+    chi_K: np.ndarray
+    status: np.ndarray
+
+    @property
+    def diverges(self) -> np.ndarray:
+        return self.status == ST_INF
+
+
+def fixed_point_state(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, maxiter=DEFAULT_MAXITER,
+                      errors="raise", **arch_kwargs) -> FixedPointState:
+    """Fixed point reached from K0 (default: the unit-norm input), with chi_J*, chi_K* there."""
+    arch, comp = prepare(arch, arch_kwargs)
+    sw, sb, W, T = variances(sigma_w, sigma_b)
+    K0, Q0, W, T = _initial(K0, K12_0, W, T)
+    sw, sb = np.broadcast_to(sw, W.shape), np.broadcast_to(sb, W.shape)
+    if not (isinstance(maxiter, (int, np.integer)) and maxiter >= 1):
+        raise ValueError(f"maxiter must be an integer >= 1, got {maxiter!r}")
+    flat = [np.ascontiguousarray(a, dtype=np.float64).ravel() for a in (K0, Q0, W, T)]
+    n = flat[0].size
+    outK, outQ, outX, outC = (np.empty(n) for _ in range(4))
+    outS = np.empty(n, dtype=np.int64)
+    comp.fixed_point_many(*flat, comp.mu, comp.eps, comp.pair, int(maxiter), outK, outQ, outS, outX, outC)
+    bad = raise_for_status("fixed_point", arch, outS, sw, sb, errors)
+    for a in (outK, outQ, outX, outC):
+        a[bad] = np.nan
+    shape = W.shape
+    return FixedPointState(arch, sw, sb, outK.reshape(shape), outQ.reshape(shape), outX.reshape(shape),
+                           outC.reshape(shape), outS.reshape(shape))
+
+
+def fixed_point(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, errors="raise", **arch_kwargs):
+    """The kernel fixed point K* reached by iterating from K0 (inf when K^l diverges).
+
+    Broadcasts over ``sigma_w``, ``sigma_b`` and ``K0``; returns a float for
+    scalar inputs. ``K0`` defaults to sigma_w^2 + sigma_b^2 (a unit-norm input).
+    A fixed point that iteration approaches only algebraically (at a critical
+    point, or a half-stable one) is still returned exactly: the solver brackets
+    it instead of iterating. Raises :class:`ConvergenceError` where no limit
+    exists (an oscillating map) unless ``errors='nan'``.
+    """
+    st = fixed_point_state(arch, sigma_w, sigma_b, K0, K12_0, errors=errors, **arch_kwargs)
+    return as_output(st.K, st.K.shape)
+
+
+def chi_J(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, errors="raise", **arch_kwargs):
+    """chi_J* = J^{l,l+1} at the fixed point reached from K0 (its limit where K* = inf)."""
+    st = fixed_point_state(arch, sigma_w, sigma_b, K0, K12_0, errors=errors, **arch_kwargs)
+    return as_output(st.chi_J, st.K.shape)
+
+
+def chi_K(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, errors="raise", **arch_kwargs):
+    """chi_K* = dK^{l+1}/dK^l at the fixed point reached from K0."""
+    st = fixed_point_state(arch, sigma_w, sigma_b, K0, K12_0, errors=errors, **arch_kwargs)
+    return as_output(st.chi_K, st.K.shape)
