@@ -1,48 +1,90 @@
-# flake8: noqa: F821
-"""Solver kernels, compiled per architecture (template, not imported directly).
+"""Solver kernels (numba), compiled once for every architecture.
 
-:mod:`meanfield.numeric` appends this file to the generated module of an
-architecture, after the compiled expressions ``kernel``, ``kernel12``,
-``chi_J``, ``chi_K``, ... (all ``f(K, K12, W, T, mu, eps)``), so every
-kernel here calls them directly and numba caches the whole module on disk.
-W = sigma_w**2 and T = sigma_b**2 throughout.
+Each kernel takes ``fns``, the tuple of compiled expression functions of one
+architecture (:data:`meanfield.numeric.FUNCTIONS`, each a numba ``cfunc``
+``f(K, K12, W, T, mu, eps) -> float``), as a first-class function argument.
+The kernels are therefore compiled (and cached on disk by numba) once, and an
+architecture only costs the compilation of its own small expressions.
 
-Status codes returned with every fixed point:
+W = sigma_w**2 and T = sigma_b**2 throughout; K12 (``Q`` here) is the
+cross-covariance of two equal-norm inputs, which feeds back only for
+BatchNorm (``pair`` states).
+
+Status codes:
   0 OK        converged (to double precision)
   1 INF       the kernel diverges (no fixed point in the direction the map moves)
   2 MAXITER   iteration cap reached without convergence
   3 NAN       the recursion produced NaN (outside its domain)
-  4 CYCLE     the map overshoots with chi_K < -1: the iteration oscillates, no limit
+  4 CYCLE     the map overshoots with chi_K < -1 at its fixed point: no limit
+  5 NOLINE    no critical line at this parameter value
 """
+import math
+
+import numpy as np
+from numba import njit
 
 ST_OK = 0
 ST_INF = 1
 ST_MAXITER = 2
 ST_NAN = 3
 ST_CYCLE = 4
+ST_NOLINE = 5
+
+# indices into fns (the order of meanfield.numeric.FUNCTIONS)
+KERNEL = 0
+KERNEL12 = 1
+CHI_J = 2
+CHI_K = 3
+CHI_DELTA = 4
+DK_DQ = 5
+DQ_DK = 6
+DQ_DQ = 7
+DK_DW = 8
+DK_DT = 9
+DX_DK = 10
+DX_DW = 11
+DX_DT = 12
+DC_DK = 13
+DC_DW = 14
+DC_DT = 15
 
 _EPS = 2.220446049250313e-16
 _KMAX = 1e250          # beyond this the kernel is declared divergent
-_KINF = 1e100          # chi at K = inf is evaluated here (and along the growth direction)
+_KINF = 1e100          # factors "at K = inf" are evaluated this far along the growth
+_NSCAN = 34            # scan grid v = 0 and 1e-10 * 8^k, k = 0..33 (up to ~6e19)
+
+_JIT = dict(cache=True, error_model="numpy", nogil=True)
 
 
 # ---------------------------------------------------------------------------
-# Small helpers.
+# Helpers.
 # ---------------------------------------------------------------------------
-@njit(cache=True, error_model="numpy", nogil=True)
-def g1(K, K12, W, T, mu, eps):
-    """F(K) - K for the one-input state."""
-    return kernel(K, K12, W, T, mu, eps) - K
-
-
-@njit(cache=True, error_model="numpy", nogil=True)
+@njit(**_JIT)
 def _isfinite(x):
     return not (math.isnan(x) or math.isinf(x))
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
-def _brent_g(a, b, fa, fb, K12, W, T, mu, eps):
-    """Root of g1 in [a, b] (fa fb <= 0), Brent's method to double precision."""
+@njit(**_JIT)
+def g1(fns, K, Q, W, T, mu, eps):
+    """F(K) - K for the one-input state."""
+    return fns[KERNEL](K, Q, W, T, mu, eps) - K
+
+
+@njit(**_JIT)
+def _leaf(kind, x, fns, p0, p1, p2, p3, p4):
+    """Objectives that need no root finding themselves.
+
+    kind 0: g1 at K = x (p0..p4 = Q, W, T, mu, eps);
+    kind 1: g1 at K = p0 as a function of T = x (p1 = W, p3 = mu, p4 = eps).
+    """
+    if kind == 0:
+        return g1(fns, x, p0, p1, p2, p3, p4)
+    return g1(fns, p0, 0.0, p1, x, p3, p4)
+
+
+@njit(**_JIT)
+def _brent(kind, a, b, fa, fb, fns, p0, p1, p2, p3, p4):
+    """Root of _leaf(kind, .) in [a, b] (fa fb <= 0): Brent's method to double precision."""
     if fa == 0.0:
         return a
     if fb == 0.0:
@@ -50,7 +92,7 @@ def _brent_g(a, b, fa, fb, K12, W, T, mu, eps):
     c, fc = a, fa
     d = b - a
     e = d
-    for _ in range(200):
+    for _ in range(300):
         if (fb > 0.0) == (fc > 0.0):
             c, fc = a, fa
             d = b - a
@@ -90,30 +132,32 @@ def _brent_g(a, b, fa, fb, K12, W, T, mu, eps):
             b = b + d
         else:
             b = b + (tol if m > 0 else -tol)
-        fb = g1(b, K12, W, T, mu, eps)
+        fb = _leaf(kind, b, fns, p0, p1, p2, p3, p4)
+        if not _isfinite(fb):
+            return math.nan
     return b
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
-def _min_dg(lo, hi, sgn, K12, W, T, mu, eps):
+@njit(**_JIT)
+def _min_dg(fns, lo, hi, sgn, Q, W, T, mu, eps):
     """Golden-section minimum of sgn * g1 on [lo, hi]: (x, value)."""
     gr = 0.6180339887498949
     a, b = lo, hi
     x1 = b - gr * (b - a)
     x2 = a + gr * (b - a)
-    f1 = sgn * g1(x1, K12, W, T, mu, eps)
-    f2 = sgn * g1(x2, K12, W, T, mu, eps)
-    for _ in range(120):
+    f1 = sgn * g1(fns, x1, Q, W, T, mu, eps)
+    f2 = sgn * g1(fns, x2, Q, W, T, mu, eps)
+    for _ in range(160):
         if abs(b - a) <= 4.0 * _EPS * max(abs(a), abs(b), 1e-300):
             break
         if f1 < f2:
             b, x2, f2 = x2, x1, f1
             x1 = b - gr * (b - a)
-            f1 = sgn * g1(x1, K12, W, T, mu, eps)
+            f1 = sgn * g1(fns, x1, Q, W, T, mu, eps)
         else:
             a, x1, f1 = x1, x2, f2
             x2 = a + gr * (b - a)
-            f2 = sgn * g1(x2, K12, W, T, mu, eps)
+            f2 = sgn * g1(fns, x2, Q, W, T, mu, eps)
     if f1 < f2:
         return x1, f1
     return x2, f2
@@ -122,140 +166,124 @@ def _min_dg(lo, hi, sgn, K12, W, T, mu, eps):
 # ---------------------------------------------------------------------------
 # Fixed points.
 # ---------------------------------------------------------------------------
-@njit(cache=True, error_model="numpy", nogil=True)
-def fixed_point1(K0, K12, W, T, mu, eps, maxiter):
-    """The fixed point of K -> F(K) that iteration from K0 reaches: (K*, status, evaluations).
+@njit(**_JIT)
+def fixed_point1(fns, K0, Q, W, T, mu, eps, maxiter):
+    """The fixed point of K -> F(K) that iteration from K0 reaches: (K*, status).
 
     For an increasing map F the iterates move monotonically towards the first
     root of g = F(K) - K in the direction sign g(K0) and never pass it; so
-    K* is that root, and it is found by marching with growing steps until g
-    changes sign (then Brent) or touches zero (a half-stable, tangent fixed
-    point, located by minimising |g|), or until K passes 1e250 (divergent:
-    K* = inf). A map that overshoots (decreasing F) is followed by plain
-    iteration with the root bracketed as soon as it is crossed.
+    K* is that root. It is found by marching with geometrically growing steps
+    until g changes sign (then Brent) or dips to zero (a half-stable, tangent
+    fixed point, located by minimising |g|), or until K passes 1e250 or g is
+    lost in rounding far above the start (divergent: K* = inf). Overshooting
+    (a decreasing F) is left to :func:`fixed_point1_iterate`.
     """
     K = K0
-    g = g1(K, K12, W, T, mu, eps)
-    nev = 1
+    g = g1(fns, K, Q, W, T, mu, eps)
     if not _isfinite(g):
         if K > _KMAX:
-            return math.inf, ST_INF, nev
-        return math.nan, ST_NAN, nev
+            return math.inf, ST_INF
+        return math.nan, ST_NAN
     if g == 0.0:
-        return K, ST_OK, nev
+        return K, ST_OK
     d = 1.0 if g > 0.0 else -1.0
-    # march: probes a + d * step with the step growing geometrically
     a, ga = K, g
     step = abs(g)
     have_prev = False
     p_prev, s_prev = K, d * g
-    tang_tol = 16.0 * _EPS
     for it in range(maxiter):
         p = a + d * step
         if p <= 0.0:
             p = 0.0
         if p > _KMAX:
-            return math.inf, ST_INF, nev
-        gp = g1(p, K12, W, T, mu, eps)
-        nev += 1
+            return math.inf, ST_INF
+        gp = g1(fns, p, Q, W, T, mu, eps)
         if not _isfinite(gp):
             if p > 1e150 or (math.isinf(gp) and d * gp > 0):
-                return math.inf, ST_INF, nev
-            return math.nan, ST_NAN, nev
+                return math.inf, ST_INF
+            return math.nan, ST_NAN
         if d > 0.0 and p > 1e6 * max(1.0, K0) and abs(gp) <= 1024.0 * _EPS * p:
-            # g is lost in rounding far above the start while still pushing
-            # upwards: growth without a resolvable fixed point (e.g. linear
-            # growth for mu = 1); report divergence rather than a noise root.
-            return math.inf, ST_INF, nev
+            # still pushing upwards far above the start, with g lost in rounding:
+            # growth (e.g. linear, mu = 1) without a resolvable fixed point
+            return math.inf, ST_INF
         sp_ = d * gp
         if sp_ <= 0.0:
             # the first sign change lies in (a, p]
-            root = _brent_g(a, p, ga, gp, K12, W, T, mu, eps)
-            return root, ST_OK, nev + 60
+            if d > 0.0:
+                return _brent(0, a, p, ga, gp, fns, Q, W, T, mu, eps), ST_OK
+            return _brent(0, p, a, gp, ga, fns, Q, W, T, mu, eps), ST_OK
         sa = d * ga
         if have_prev and sa < s_prev and sa <= sp_:
-            # sgn*g has a dip around a: does it reach zero there?
+            # d*g dips around a: does it reach zero between p_prev and p?
             lo = min(p_prev, p)
             hi = max(p_prev, p)
-            xm, fm = _min_dg(lo, hi, d, K12, W, T, mu, eps)
-            nev += 120
-            scale = max(abs(xm), 1.0)
+            xm, fm = _min_dg(fns, lo, hi, d, Q, W, T, mu, eps)
             if fm <= 0.0:
-                gm = d * fm
-                if d > 0:
-                    root = _brent_g(p_prev, xm, d * s_prev, gm, K12, W, T, mu, eps)
-                else:
-                    root = _brent_g(xm, p_prev, gm, d * s_prev, K12, W, T, mu, eps)
-                return root, ST_OK, nev + 60
-            if fm <= tang_tol * scale:
-                return xm, ST_OK, nev
+                if d > 0.0:
+                    return _brent(0, p_prev, xm, d * s_prev, d * fm, fns, Q, W, T, mu, eps), ST_OK
+                return _brent(0, xm, p_prev, d * fm, d * s_prev, fns, Q, W, T, mu, eps), ST_OK
+            if fm <= 16.0 * _EPS * max(abs(xm), 1.0):
+                return xm, ST_OK
         have_prev = True
         p_prev, s_prev = a, sa
         a, ga = p, gp
-        if it < 30:
-            step *= 2.0
-        else:
-            step *= 4.0
-    return a, ST_MAXITER, nev
+        step *= 2.0 if it < 30 else 4.0
+    return a, ST_MAXITER
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
-def fixed_point1_iterate(K0, K12, W, T, mu, eps, maxiter):
-    """Plain iteration, for maps that are not monotone (chi_K < 0 somewhere).
+@njit(**_JIT)
+def fixed_point1_iterate(fns, K0, Q, W, T, mu, eps, maxiter):
+    """Plain iteration for maps that are not monotone (chi_K < 0 somewhere).
 
-    Stops when the step is below double precision or the bracketed root is
-    found; returns CYCLE when the iteration keeps overshooting with
-    |chi_K| > 1 at the bracketed root.
+    As soon as an iterate crosses the fixed point, it is bracketed and found
+    by Brent; |chi_K| > 1 there means the iteration oscillates (CYCLE).
     """
     K = K0
-    g = g1(K, K12, W, T, mu, eps)
-    for n in range(maxiter):
+    g = g1(fns, K, Q, W, T, mu, eps)
+    for _ in range(maxiter):
         if not _isfinite(g):
-            return math.nan, ST_NAN, n
+            return math.nan, ST_NAN
         if g == 0.0:
-            return K, ST_OK, n
-        Kn = K + g
-        if Kn < 0.0:
-            Kn = 0.0
+            return K, ST_OK
+        Kn = max(K + g, 0.0)
         if Kn > _KMAX:
-            return math.inf, ST_INF, n
-        gn = g1(Kn, K12, W, T, mu, eps)
+            return math.inf, ST_INF
+        gn = g1(fns, Kn, Q, W, T, mu, eps)
         if _isfinite(gn) and (gn > 0.0) != (g > 0.0) and gn != 0.0:
-            lo, hi, glo, ghi = K, Kn, g, gn
             if Kn < K:
-                lo, hi, glo, ghi = Kn, K, gn, g
-            root = _brent_g(lo, hi, glo, ghi, K12, W, T, mu, eps)
-            ck = chi_K(root, K12, W, T, mu, eps)
-            if ck < -1.0:
-                return root, ST_CYCLE, n
-            return root, ST_OK, n
+                root = _brent(0, Kn, K, gn, g, fns, Q, W, T, mu, eps)
+            else:
+                root = _brent(0, K, Kn, g, gn, fns, Q, W, T, mu, eps)
+            if fns[CHI_K](root, Q, W, T, mu, eps) < -1.0:
+                return root, ST_CYCLE
+            return root, ST_OK
         K, g = Kn, gn
-    return K, ST_MAXITER, maxiter
+    return K, ST_MAXITER
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
-def fixed_point2(K0, Q0, W, T, mu, eps, maxiter):
+@njit(**_JIT)
+def fixed_point2(fns, K0, Q0, W, T, mu, eps, maxiter):
     """Fixed point of the pair map (K, K12) -> (F(K, K12), F12(K, K12)).
 
     Plain iteration; when both components contract geometrically with a
-    steady ratio the geometric tail is summed (Aitken), and a steady ratio
-    >= 1 (linear or faster growth) means divergence: (inf, inf) or (inf, K12*).
-    Returns (K*, K12*, status, iterations, dK, dK12): the last steps give
-    the direction of growth when the state diverges.
+    steady ratio the geometric tail is summed (Aitken). A steady ratio >= 1
+    with significant steps (linear or faster growth) means divergence.
+    Returns (K*, K12*, status, dK, dK12); the last steps give the direction
+    of growth when the state diverges.
     """
     K, Q = K0, Q0
     dK_old, dQ_old = math.nan, math.nan
     rK_old, rQ_old = math.nan, math.nan
     steady = 0
     for n in range(maxiter):
-        Kn = kernel(K, Q, W, T, mu, eps)
-        Qn = kernel12(K, Q, W, T, mu, eps)
+        Kn = fns[KERNEL](K, Q, W, T, mu, eps)
+        Qn = fns[KERNEL12](K, Q, W, T, mu, eps)
         if not (_isfinite(Kn) and _isfinite(Qn)):
             if K > 1e150:
-                return math.inf, math.inf, ST_INF, n, math.nan, math.nan
-            return math.nan, math.nan, ST_NAN, n, math.nan, math.nan
+                return math.inf, math.inf, ST_INF, math.nan, math.nan
+            return math.nan, math.nan, ST_NAN, math.nan, math.nan
         if Kn > _KMAX:
-            return math.inf, math.inf, ST_INF, n, Kn - K, Qn - Q
+            return math.inf, math.inf, ST_INF, Kn - K, Qn - Q
         dK = Kn - K
         dQ = Qn - Q
         scale = max(abs(Kn), 1e-300)
@@ -266,7 +294,7 @@ def fixed_point2(K0, Q0, W, T, mu, eps, maxiter):
         gK = 1.0 - min(abs(rK), 0.999999) if _isfinite(rK) else 1.0
         gQ = 1.0 - min(abs(rQ), 0.999999) if _isfinite(rQ) else 1.0
         if abs(dK) <= 16.0 * _EPS * scale * gK and abs(dQ) <= 16.0 * _EPS * scale * gQ:
-            return Kn, Qn, ST_OK, n, 0.0, 0.0
+            return Kn, Qn, ST_OK, 0.0, 0.0
         if n >= 2 and abs(rK - rK_old) <= 1e-9 and abs(rQ - rQ_old) <= 1e-9:
             steady += 1
         else:
@@ -275,9 +303,9 @@ def fixed_point2(K0, Q0, W, T, mu, eps, maxiter):
         if steady >= 2:
             if rK >= 1.0 - 1e-12 and dK > 1e-8 * abs(K):
                 if rQ >= 1.0 - 1e-12 and dQ != 0.0:
-                    return math.inf, math.copysign(math.inf, dQ), ST_INF, n, dK, dQ
+                    return math.inf, math.copysign(math.inf, dQ), ST_INF, dK, dQ
                 Qs = Q + dQ * rQ / (1.0 - rQ) if abs(rQ) < 1.0 else Q
-                return math.inf, Qs, ST_INF, n, dK, 0.0
+                return math.inf, Qs, ST_INF, dK, 0.0
             if abs(rK) < 1.0 and abs(rQ) < 1.0:
                 K = K + dK * rK / (1.0 - rK)
                 Q = Q + dQ * rQ / (1.0 - rQ)
@@ -287,29 +315,28 @@ def fixed_point2(K0, Q0, W, T, mu, eps, maxiter):
                 continue
         dK_old, dQ_old = dK, dQ
         rK_old, rQ_old = rK, rQ
-    return K, Q, ST_MAXITER, maxiter, math.nan, math.nan
+    return K, Q, ST_MAXITER, math.nan, math.nan
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
-def fixed_point(K0, Q0, W, T, mu, eps, pair, maxiter):
+@njit(**_JIT)
+def fixed_point(fns, pair, K0, Q0, W, T, mu, eps, maxiter):
     """(K*, K12*, status, Kf, Qf) for one parameter point.
 
     K12* is nan for one-input states. (Kf, Qf) is where the factors at the
-    fixed point are evaluated: the fixed point itself, or, where the kernel
-    diverges, a far point along the direction of growth (K ~ 1e100), which
-    gives the limits of chi_J and chi_K.
+    fixed point are evaluated: the fixed point itself or, where the kernel
+    diverges, a far point along the growth (K ~ 1e100), which gives the
+    limits of chi_J and chi_K.
     """
     if pair:
-        K, Q, st, _, dK, dQ = fixed_point2(K0, Q0, W, T, mu, eps, maxiter)
+        K, Q, st, dK, dQ = fixed_point2(fns, K0, Q0, W, T, mu, eps, maxiter)
         if st == ST_INF:
             if _isfinite(dK) and dK > 0.0:
-                L = _KINF / dK
-                return K, Q, st, _KINF, (Q if _isfinite(Q) else 0.0) + dQ * L
+                return K, Q, st, _KINF, (Q if _isfinite(Q) else 0.0) + dQ * (_KINF / dK)
             return K, Q, st, math.nan, math.nan
         return K, Q, st, K, Q
-    K, st, _ = fixed_point1(K0, Q0, W, T, mu, eps, maxiter)
+    K, st = fixed_point1(fns, K0, Q0, W, T, mu, eps, maxiter)
     if st == ST_MAXITER or st == ST_NAN:
-        K2, st2, _ = fixed_point1_iterate(K0, Q0, W, T, mu, eps, maxiter)
+        K2, st2 = fixed_point1_iterate(fns, K0, Q0, W, T, mu, eps, maxiter)
         if st2 == ST_OK or st2 == ST_CYCLE or st2 == ST_INF:
             K, st = K2, st2
     if st == ST_INF:
@@ -317,34 +344,444 @@ def fixed_point(K0, Q0, W, T, mu, eps, pair, maxiter):
     return K, math.nan, st, K, Q0
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
-def fixed_point_many(K0, Q0, W, T, mu, eps, pair, maxiter, outK, outQ, outS, outX, outC):
-    """Vectorised fixed_point over flattened arrays; also chi_J* and chi_K* there."""
+@njit(**_JIT)
+def fixed_point_many(fns, pair, K0, Q0, W, T, mu, eps, maxiter, outK, outQ, outS, outX, outC):
+    """Vectorised fixed_point over flat arrays, with chi_J* and chi_K* there."""
     for i in range(W.shape[0]):
-        K, Q, st, Kf, Qf = fixed_point(K0[i], Q0[i], W[i], T[i], mu, eps, pair, maxiter)
+        K, Q, st, Kf, Qf = fixed_point(fns, pair, K0[i], Q0[i], W[i], T[i], mu, eps, maxiter)
         outK[i] = K
         outQ[i] = Q
         outS[i] = st
         if st == ST_OK or st == ST_INF:
-            outX[i] = chi_J(Kf, Qf, W[i], T[i], mu, eps)
-            outC[i] = chi_K(Kf, Qf, W[i], T[i], mu, eps)
+            outX[i] = fns[CHI_J](Kf, Qf, W[i], T[i], mu, eps)
+            outC[i] = fns[CHI_K](Kf, Qf, W[i], T[i], mu, eps)
         else:
             outX[i] = math.nan
             outC[i] = math.nan
 
 
+@njit(**_JIT)
+def roots_scan(fns, Ks, Q, W, T, mu, eps, out):
+    """All sign changes of g = F(K) - K between consecutive grid points Ks,
+    refined by Brent (nan-padded output; returns how many were found)."""
+    n = 0
+    gp = g1(fns, Ks[0], Q, W, T, mu, eps)
+    if gp == 0.0:
+        out[n] = Ks[0]
+        n += 1
+    for i in range(1, Ks.shape[0]):
+        gi = g1(fns, Ks[i], Q, W, T, mu, eps)
+        if _isfinite(gp) and _isfinite(gi):
+            if gi == 0.0:
+                if n < out.shape[0]:
+                    out[n] = Ks[i]
+                    n += 1
+            elif gp != 0.0 and (gi > 0.0) != (gp > 0.0):
+                if n < out.shape[0]:
+                    out[n] = _brent(0, Ks[i - 1], Ks[i], gp, gi, fns, Q, W, T, mu, eps)
+                    n += 1
+        gp = gi
+    return n
+
+
 # ---------------------------------------------------------------------------
 # Depth profiles.
 # ---------------------------------------------------------------------------
-@njit(cache=True, error_model="numpy", nogil=True)
-def profile(K0, Q0, W, T, mu, eps, pair, outK, outQ, outX):
+@njit(**_JIT)
+def profile(fns, pair, K0, Q0, W, T, mu, eps, outK, outQ, outX):
     """K^l, K12^l and chi_J^l = J^{l,l+1} for l = 1..depth (arrays of length depth)."""
     K, Q = K0, Q0
     for l in range(outK.shape[0]):
         outK[l] = K
         outQ[l] = Q
-        outX[l] = chi_J(K, Q, W, T, mu, eps)
-        Kn = kernel(K, Q, W, T, mu, eps)
+        outX[l] = fns[CHI_J](K, Q, W, T, mu, eps)
+        Kn = fns[KERNEL](K, Q, W, T, mu, eps)
         if pair:
-            Q = kernel12(K, Q, W, T, mu, eps)
+            Q = fns[KERNEL12](K, Q, W, T, mu, eps)
         K = Kn
+
+
+@njit(**_JIT)
+def depth_samples(fns, pair, K0, Q0, W, T, mu, eps, layers, outK, outlogJ, outX):
+    """Iterate to max(layers); at each l in ``layers`` (sorted, >= 1) record K^l,
+    log J^{1,l} = sum_{l' < l} log chi_J^{l'} (Kahan-summed) and chi_J^l."""
+    K, Q = K0, Q0
+    s, c = 0.0, 0.0
+    j = 0
+    n = layers.shape[0]
+    l = 1
+    while j < n:
+        X = fns[CHI_J](K, Q, W, T, mu, eps)
+        while j < n and layers[j] == l:
+            outK[j] = K
+            outlogJ[j] = s
+            outX[j] = X
+            j += 1
+        y = math.log(X) - c
+        t = s + y
+        c = (t - s) - y
+        s = t
+        Kn = fns[KERNEL](K, Q, W, T, mu, eps)
+        if pair:
+            Q = fns[KERNEL12](K, Q, W, T, mu, eps)
+        K = Kn
+        l += 1
+
+
+# ---------------------------------------------------------------------------
+# Critical lines: chi_J = 1 at the fixed point reached from the unit-norm input.
+# mode 0: sigma_w fixed, solve for v = T;  mode 1: sigma_b fixed, solve for v = W.
+# ---------------------------------------------------------------------------
+@njit(**_JIT)
+def _wt(mode, v, fixed):
+    if mode == 0:
+        return fixed, v
+    return v, fixed
+
+
+@njit(**_JIT)
+def reached(fns, pair, W, T, mu, eps):
+    """Fixed point reached from the unit-norm input: (K*, K12*, status, Kf, Qf)."""
+    return fixed_point(fns, pair, W + T, T, W, T, mu, eps, 1000000)
+
+
+@njit(**_JIT)
+def h_line(fns, pair, mode, v, fixed, mu, eps):
+    """chi_J* - 1 at the fixed point reached from the unit-norm input."""
+    W, T = _wt(mode, v, fixed)
+    K, Q, st, Kf, Qf = reached(fns, pair, W, T, mu, eps)
+    if st != ST_OK and st != ST_INF:
+        return math.nan
+    return fns[CHI_J](Kf, Qf, W, T, mu, eps) - 1.0
+
+
+@njit(**_JIT)
+def _scan_v(k):
+    if k == 0:
+        return 0.0
+    return 1e-10 * 8.0 ** (k - 1)
+
+
+@njit(**_JIT)
+def _T_for(fns, K, W, mu, eps):
+    """T with F(K; W, T) = K (F increases with T); may be negative (then no line)."""
+    lo = 0.0
+    glo = g1(fns, K, 0.0, W, lo, mu, eps)
+    if not _isfinite(glo):
+        return math.nan
+    if glo == 0.0:
+        return 0.0
+    if glo > 0.0:
+        hi = -1e-10
+        for _ in range(200):
+            ghi = g1(fns, K, 0.0, W, hi, mu, eps)
+            if not _isfinite(ghi):
+                return math.nan
+            if ghi <= 0.0:
+                return _brent(1, hi, lo, ghi, glo, fns, K, W, 0.0, mu, eps)
+            lo, glo = hi, ghi
+            hi *= 4.0
+        return math.nan
+    hi = max(1e-10, K)
+    for _ in range(400):
+        ghi = g1(fns, K, 0.0, W, hi, mu, eps)
+        if not _isfinite(ghi):
+            return math.nan
+        if ghi >= 0.0:
+            return _brent(1, lo, hi, glo, ghi, fns, K, W, 0.0, mu, eps)
+        lo, glo = hi, ghi
+        hi *= 4.0
+    return math.nan
+
+
+@njit(**_JIT)
+def _mid(kind, x, fns, pair, i0, p1, p2, p3):
+    """Objectives whose evaluation solves a leaf problem.
+
+    kind 0: h_line at v = x (i0 = mode, p1 = fixed, p2 = mu, p3 = eps);
+    kind 1: chi_J - 1 at K = p1 with T = T(K, W = x) (p2 = mu, p3 = eps).
+    """
+    if kind == 0:
+        return h_line(fns, pair, i0, x, p1, p2, p3)
+    T = _T_for(fns, p1, x, p2, p3)
+    if not _isfinite(T):
+        return math.nan
+    return fns[CHI_J](p1, 0.0, x, T, p2, p3) - 1.0
+
+
+@njit(**_JIT)
+def _illinois(kind, a, b, fa, fb, fns, pair, i0, p1, p2, p3):
+    """Root of _mid(kind, .) in [a, b] (fa fb < 0): Illinois regula falsi."""
+    side = 0
+    c = a
+    for _ in range(300):
+        c = (a * fb - b * fa) / (fb - fa)
+        if not (_isfinite(c) and min(a, b) <= c <= max(a, b)):
+            c = 0.5 * (a + b)
+        fc = _mid(kind, c, fns, pair, i0, p1, p2, p3)
+        if not _isfinite(fc):
+            c = 0.5 * (a + b)
+            fc = _mid(kind, c, fns, pair, i0, p1, p2, p3)
+            if not _isfinite(fc):
+                return math.nan
+        if fc == 0.0:
+            return c
+        if (fc > 0.0) == (fb > 0.0):
+            b, fb = c, fc
+            if side == -1:
+                fa *= 0.5
+            side = -1
+        else:
+            a, fa = c, fc
+            if side == 1:
+                fb *= 0.5
+            side = 1
+        if abs(b - a) <= 4.0 * _EPS * max(abs(a), abs(b)) + 1e-300:
+            return c
+    return c
+
+
+@njit(**_JIT)
+def line_robust(fns, pair, mode, fixed, mu, eps):
+    """Smallest v >= 0 where h_line changes sign continuously: (v, status).
+
+    Scans v = 0, 1e-10 * 8^k; a sign change is refined by regula falsi and
+    kept only if h is ~0 there (a jump of the reached fixed point is not a
+    crossing).
+    """
+    v_prev = math.nan
+    h_prev = math.nan
+    for k in range(_NSCAN + 1):
+        v = _scan_v(k)
+        h = h_line(fns, pair, mode, v, fixed, mu, eps)
+        if not _isfinite(h):
+            v_prev, h_prev = math.nan, math.nan
+            continue
+        if h == 0.0:
+            return v, ST_OK
+        if _isfinite(h_prev) and (h > 0.0) != (h_prev > 0.0):
+            r = _illinois(0, v_prev, v, h_prev, h, fns, pair, mode, fixed, mu, eps)
+            hr = h_line(fns, pair, mode, r, fixed, mu, eps)
+            if _isfinite(hr) and abs(hr) <= 1e-8:
+                return r, ST_OK
+        v_prev, h_prev = v, h
+    return math.nan, ST_NOLINE
+
+
+@njit(**_JIT)
+def _solve2(a11, a12, a21, a22, b1, b2):
+    det = a11 * a22 - a12 * a21
+    if det == 0.0 or not _isfinite(det):
+        return math.nan, math.nan
+    return (b1 * a22 - a12 * b2) / det, (a11 * b2 - a21 * b1) / det
+
+
+@njit(**_JIT)
+def _resid2(fns, K, W, T, mu, eps):
+    return g1(fns, K, 0.0, W, T, mu, eps), fns[CHI_J](K, 0.0, W, T, mu, eps) - 1.0
+
+
+@njit(**_JIT)
+def newton_line(fns, mode, K, W, T, mu, eps):
+    """Newton for F(K) = K, chi_J(K) = 1 (one-input states): (K, W, T, ok).
+
+    mode 0: unknowns (K, T); 1: (K, W); 2: (W, T) at fixed K. Damped by
+    halving until the residual decreases; K and W stay >= 0.
+    """
+    r1, r2 = _resid2(fns, K, W, T, mu, eps)
+    for it in range(60):
+        if not (_isfinite(r1) and _isfinite(r2)):
+            return K, W, T, False
+        n0 = abs(r1) / max(1.0, K) + abs(r2)
+        a11 = fns[CHI_K](K, 0.0, W, T, mu, eps) - 1.0
+        a21 = fns[DX_DK](K, 0.0, W, T, mu, eps)
+        aW1 = fns[DK_DW](K, 0.0, W, T, mu, eps)
+        aW2 = fns[DX_DW](K, 0.0, W, T, mu, eps)
+        aT1 = fns[DK_DT](K, 0.0, W, T, mu, eps)
+        aT2 = fns[DX_DT](K, 0.0, W, T, mu, eps)
+        if mode == 0:
+            dx, dy = _solve2(a11, aT1, a21, aT2, -r1, -r2)
+        elif mode == 1:
+            dx, dy = _solve2(a11, aW1, a21, aW2, -r1, -r2)
+        else:
+            dx, dy = _solve2(aW1, aT1, aW2, aT2, -r1, -r2)
+        if not (_isfinite(dx) and _isfinite(dy)):
+            return K, W, T, False
+        lam = 1.0
+        ok = False
+        K1, W1, T1, s1, s2, n1 = K, W, T, r1, r2, n0
+        for _ in range(40):
+            if mode == 0:
+                K1, W1, T1 = K + lam * dx, W, T + lam * dy
+            elif mode == 1:
+                K1, W1, T1 = K + lam * dx, W + lam * dy, T
+            else:
+                K1, W1, T1 = K, W + lam * dx, T + lam * dy
+            if K1 >= 0.0 and W1 >= 0.0:
+                s1, s2 = _resid2(fns, K1, W1, T1, mu, eps)
+                if _isfinite(s1) and _isfinite(s2):
+                    n1 = abs(s1) / max(1.0, K1) + abs(s2)
+                    if n1 < n0 or n1 <= 64.0 * _EPS:
+                        ok = True
+                        break
+            lam *= 0.5
+        if not ok:
+            return K, W, T, n0 <= 1e-13
+        small = (abs(K1 - K) <= 4.0 * _EPS * max(abs(K1), 1e-300)
+                 and abs(W1 - W) <= 4.0 * _EPS * max(abs(W1), 1e-300)
+                 and abs(T1 - T) <= 4.0 * _EPS * max(abs(T1), 1e-300))
+        K, W, T, r1, r2 = K1, W1, T1, s1, s2
+        if small or (n1 <= 4.0 * _EPS and it > 0):
+            return K, W, T, True
+    return K, W, T, abs(r1) / max(1.0, K) + abs(r2) <= 1e-13
+
+
+@njit(**_JIT)
+def _accept_line(fns, pair, mode, fixed, K, v, mu, eps):
+    """A Newton solution is the line if the unit input reaches it (stably) and
+    an odd number of crossings lies below it (so the first is not skipped)."""
+    if not (v >= 0.0):
+        return False
+    W, T = _wt(mode, v, fixed)
+    if fns[CHI_K](K, 0.0, W, T, mu, eps) > 1.0 + 1e-9:
+        return False
+    Kr, Q, st, Kf, Qf = reached(fns, pair, W, T, mu, eps)
+    if st != ST_OK or abs(Kr - K) > 1e-9 * max(1.0, K):
+        return False
+    h0 = h_line(fns, pair, mode, 0.0, fixed, mu, eps)
+    h1 = h_line(fns, pair, mode, v * (1.0 + 1e-6) + 1e-300, fixed, mu, eps)
+    if not (_isfinite(h0) and _isfinite(h1)):
+        return False
+    return (h0 > 0.0) != (h1 > 0.0) or h0 == 0.0
+
+
+@njit(**_JIT)
+def critical_line_many(fns, pair, mode, fixed, mu, eps, outv, outK, outS):
+    """The critical line at each fixed value, in the given order, warm-started.
+
+    Newton from the previous point's solution when it is accepted by
+    _accept_line; otherwise the scan of line_robust (then polished by Newton).
+    """
+    have = False
+    Kp, vp = 0.0, 0.0
+    for i in range(fixed.shape[0]):
+        f = fixed[i]
+        done = False
+        if have and not pair:
+            if mode == 0:
+                K, W, T, ok = newton_line(fns, 0, Kp, f, vp, mu, eps)
+                v = T
+            else:
+                K, W, T, ok = newton_line(fns, 1, Kp, vp, f, mu, eps)
+                v = W
+            if ok and _accept_line(fns, pair, mode, f, K, v, mu, eps):
+                outv[i], outK[i], outS[i] = v, K, ST_OK
+                done = True
+        if not done:
+            v, st = line_robust(fns, pair, mode, f, mu, eps)
+            outv[i], outS[i] = v, st
+            outK[i] = math.nan
+            if st == ST_OK:
+                W, T = _wt(mode, v, f)
+                K, Q, st2, Kf, Qf = reached(fns, pair, W, T, mu, eps)
+                outK[i] = K
+                if not pair and st2 == ST_OK:
+                    if mode == 0:
+                        K2, W2, T2, ok = newton_line(fns, 0, K, f, v, mu, eps)
+                        v2 = T2
+                    else:
+                        K2, W2, T2, ok = newton_line(fns, 1, K, v, f, mu, eps)
+                        v2 = W2
+                    if ok and v2 >= 0.0 and abs(v2 - v) <= 1e-6 * max(abs(v), 1e-12):
+                        outv[i], outK[i] = v2, K2
+        have = outS[i] == ST_OK and _isfinite(outK[i])
+        if have:
+            Kp, vp = outK[i], outv[i]
+
+
+# ---------------------------------------------------------------------------
+# Parametric form: given K*, the (W, T) with F(K*) = K* and chi_J(K*) = 1.
+# ---------------------------------------------------------------------------
+@njit(**_JIT)
+def parametric_robust(fns, K, mu, eps):
+    """(W, T, ok) on the critical line with fixed point K: scan W, regula falsi."""
+    v_prev, h_prev = math.nan, math.nan
+    for k in range(_NSCAN + 1):
+        v = _scan_v(k)
+        h = _mid(1, v, fns, False, 0, K, mu, eps)
+        if not _isfinite(h):
+            v_prev, h_prev = math.nan, math.nan
+            continue
+        if h == 0.0:
+            return v, _T_for(fns, K, v, mu, eps), True
+        if _isfinite(h_prev) and (h > 0.0) != (h_prev > 0.0):
+            W = _illinois(1, v_prev, v, h_prev, h, fns, False, 0, K, mu, eps)
+            T = _T_for(fns, K, W, mu, eps)
+            if _isfinite(T) and abs(fns[CHI_J](K, 0.0, W, T, mu, eps) - 1.0) <= 1e-8:
+                return W, T, True
+        v_prev, h_prev = v, h
+    return math.nan, math.nan, False
+
+
+@njit(**_JIT)
+def parametric_many(fns, Ks, mu, eps, outW, outT, outS):
+    """(W, T) on the critical line for each K* (one-input states), warm-started."""
+    have = False
+    Wp, Tp = 0.0, 0.0
+    for i in range(Ks.shape[0]):
+        K = Ks[i]
+        ok = False
+        W, T = math.nan, math.nan
+        if have:
+            K1, W, T, ok = newton_line(fns, 2, K, Wp, Tp, mu, eps)
+            ok = ok and W >= 0.0
+        if not ok:
+            W, T, ok = parametric_robust(fns, K, mu, eps)
+            if ok:
+                K1, W2, T2, ok2 = newton_line(fns, 2, K, W, T, mu, eps)
+                if ok2 and W2 >= 0.0:
+                    W, T = W2, T2
+        if ok:
+            outW[i], outT[i], outS[i] = W, T, ST_OK
+            Wp, Tp = W, T
+        else:
+            outW[i], outT[i], outS[i] = math.nan, math.nan, ST_NOLINE
+        have = ok
+
+
+@njit(**_JIT)
+def newton_point(fns, K, W, T, mu, eps):
+    """Newton on (K, W, T) for F(K) = K, chi_J = 1, chi_K = 1: (K, W, T, ok)."""
+    a = np.empty((3, 3))
+    b = np.empty(3)
+    for _ in range(80):
+        b[0] = -g1(fns, K, 0.0, W, T, mu, eps)
+        b[1] = 1.0 - fns[CHI_J](K, 0.0, W, T, mu, eps)
+        b[2] = 1.0 - fns[CHI_K](K, 0.0, W, T, mu, eps)
+        a[0, 0] = -b[2]
+        a[0, 1] = fns[DK_DW](K, 0.0, W, T, mu, eps)
+        a[0, 2] = fns[DK_DT](K, 0.0, W, T, mu, eps)
+        a[1, 0] = fns[DX_DK](K, 0.0, W, T, mu, eps)
+        a[1, 1] = fns[DX_DW](K, 0.0, W, T, mu, eps)
+        a[1, 2] = fns[DX_DT](K, 0.0, W, T, mu, eps)
+        a[2, 0] = fns[DC_DK](K, 0.0, W, T, mu, eps)
+        a[2, 1] = fns[DC_DW](K, 0.0, W, T, mu, eps)
+        a[2, 2] = fns[DC_DT](K, 0.0, W, T, mu, eps)
+        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+            return K, W, T, False
+        det = np.linalg.det(a)
+        if not (abs(det) > 1e-300):
+            return K, W, T, False
+        dx = np.linalg.solve(a, b)
+        K1 = max(K + dx[0], 0.0)
+        W1 = max(W + dx[1], 0.0)
+        T1 = T + dx[2]
+        small = (abs(K1 - K) <= 4.0 * _EPS * max(abs(K1), 1e-300)
+                 and abs(W1 - W) <= 4.0 * _EPS * max(abs(W1), 1e-300)
+                 and abs(T1 - T) <= 4.0 * _EPS * max(abs(T1), 1e-300))
+        K, W, T = K1, W1, T1
+        if small:
+            return K, W, T, True
+    r = (abs(g1(fns, K, 0.0, W, T, mu, eps)) + abs(fns[CHI_J](K, 0.0, W, T, mu, eps) - 1.0)
+         + abs(fns[CHI_K](K, 0.0, W, T, mu, eps) - 1.0))
+    return K, W, T, r <= 1e-12

@@ -103,8 +103,12 @@ def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K
     outK = np.empty(int(depth))
     outQ = np.empty(int(depth))
     outX = np.empty(int(depth))
-    comp.profile(float(K0), float(Q0) if need_pair else 0.0, float(W), float(T), comp.mu, comp.eps,
-                 need_pair, outK, outQ, outX)
+    from .._kernels import profile
+
+    from ..numeric import quiet_numba
+    with quiet_numba():
+        profile(comp.fns, need_pair, float(K0), float(Q0) if need_pair else 0.0, float(W), float(T),
+                comp.mu, comp.eps, outK, outQ, outX)
     return KernelProfile(arch, float(sw), float(sb), np.arange(1, int(depth) + 1), outK,
                          outQ if need_pair else None, outX)
 
@@ -145,7 +149,7 @@ def fixed_point_state(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, 
     n = flat[0].size
     outK, outQ, outX, outC = (np.empty(n) for _ in range(4))
     outS = np.empty(n, dtype=np.int64)
-    comp.fixed_point_many(*flat, comp.mu, comp.eps, comp.pair, int(maxiter), outK, outQ, outS, outX, outC)
+    comp.call("fixed_point_many", *flat, comp.mu, comp.eps, int(maxiter), outK, outQ, outS, outX, outC)
     bad = raise_for_status("fixed_point", arch, outS, sw, sb, errors)
     for a in (outK, outQ, outX, outC):
         a[bad] = np.nan
