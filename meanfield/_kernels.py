@@ -551,8 +551,11 @@ def line_robust(fns, pair, mode, fixed, mu, eps):
     """
     v_prev = math.nan
     h_prev = math.nan
+    vmax = 1e10 * max(1.0, fixed)  # beyond, K and K12 ~ v swamp the O(fixed) structure
     for k in range(_NSCAN + 1):
         v = _scan_v(k)
+        if v > vmax:
+            break
         h = h_line(fns, pair, mode, v, fixed, mu, eps)
         if not _isfinite(h):
             v_prev, h_prev = math.nan, math.nan
@@ -563,7 +566,12 @@ def line_robust(fns, pair, mode, fixed, mu, eps):
             r = _illinois(0, v_prev, v, h_prev, h, fns, pair, mode, fixed, mu, eps)
             hr = h_line(fns, pair, mode, r, fixed, mu, eps)
             if _isfinite(hr) and abs(hr) <= 1e-8:
-                return r, ST_OK
+                # a resolved crossing: h small and of opposite signs just around r
+                d = max(abs(r) * 1e-6, 1e-14)
+                ha = h_line(fns, pair, mode, max(r - d, 0.0), fixed, mu, eps)
+                hb = h_line(fns, pair, mode, r + d, fixed, mu, eps)
+                if (abs(ha) <= 1e-4 and abs(hb) <= 1e-4 and (ha <= 0.0) != (hb <= 0.0)) or r == 0.0:
+                    return r, ST_OK
         v_prev, h_prev = v, h
     return math.nan, ST_NOLINE
 
@@ -785,3 +793,17 @@ def newton_point(fns, K, W, T, mu, eps):
     r = (abs(g1(fns, K, 0.0, W, T, mu, eps)) + abs(fns[CHI_J](K, 0.0, W, T, mu, eps) - 1.0)
          + abs(fns[CHI_K](K, 0.0, W, T, mu, eps) - 1.0))
     return K, W, T, r <= 1e-12
+
+
+@njit(**_JIT)
+def g_grid(fns, Ks, Q, W, T, mu, eps, out):
+    """g = F(K) - K on a grid of K."""
+    for i in range(Ks.shape[0]):
+        out[i] = g1(fns, Ks[i], Q, W, T, mu, eps)
+
+
+@njit(**_JIT)
+def expr_grid(fns, which, K, Q, W, T, mu, eps, out):
+    """fns[which] evaluated elementwise over flat arrays K, Q, W, T."""
+    for i in range(K.shape[0]):
+        out[i] = fns[which](K[i], Q[i], W[i], T[i], mu, eps)

@@ -9,9 +9,24 @@ works in float64.
 from ._common import ConvergenceError
 from .fixed import (FixedPointState, KernelProfile, chi_J, chi_K, fixed_point, fixed_point_state,
                     kernel_profile)
+from .lines import (PHASES, CriticalLine, CriticalPoint, CriticalPoints, FixedPoint, PhaseDiagram,
+                    asymptotic_regime, correlation_length, critical_line, critical_point, fixed_points,
+                    phase_diagram)
 
 __all__ = [
     "ConvergenceError",
+    "CriticalLine",
+    "CriticalPoint",
+    "CriticalPoints",
+    "FixedPoint",
+    "PHASES",
+    "PhaseDiagram",
+    "asymptotic_regime",
+    "correlation_length",
+    "critical_line",
+    "critical_point",
+    "fixed_points",
+    "phase_diagram",
     "FixedPointState",
     "KernelProfile",
     "chi_J",

@@ -1,0 +1,617 @@
+r"""Critical lines and points, all fixed points with their stability, phase diagrams.
+
+Definitions (partial-Jacobian paper, section 2 and appendix D): the network
+is critical where chi_J* = 1 at the fixed point K* that the input reaches
+(the unit-norm input, K^1 = sigma_w^2 + sigma_b^2); a critical point has in
+addition chi_K* = 1. Where K^l diverges (K* = inf), chi_J* is the limit of
+chi_J^l along the divergence.
+
+Architectures whose chi_J^l tends to 1 for every (sigma_w, sigma_b) while
+J^{l0,l} grows only as a power of l (pre-LayerNorm or large-batch BatchNorm
+with mu = 1) are *everywhere critical*: they are reported as such, not as a
+line. erf with mu = 1 and no LayerNorm also has chi_J^l -> 1, but J grows as
+a stretched exponential (Theorem 4.3): *subcritical*, no line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from .. import _kernels as KN
+from .._validate import check_finite_array, check_nonnegative
+from ..calculus import Architecture
+from ._common import ST_INF, ST_OK, prepare, variances
+from .fixed import fixed_point_state
+
+__all__ = ["CriticalLine", "critical_line", "CriticalPoint", "CriticalPoints", "critical_point",
+           "FixedPoint", "fixed_points", "correlation_length", "PhaseDiagram", "phase_diagram",
+           "asymptotic_regime"]
+
+
+# ---------------------------------------------------------------------------
+# Regimes where K^l diverges for every (sigma_w, sigma_b).
+# ---------------------------------------------------------------------------
+_SAMPLES = ((0.7, 0.2), (1.5, 0.6), (3.0, 0.0), (0.3, 1.0))
+
+
+@lru_cache(maxsize=128)
+def _regime(arch: Architecture) -> str:
+    comp = prepare(arch, {})[1]
+    layers = np.array([2 ** 16, 2 ** 17, 2 ** 18], dtype=np.int64)
+    qs = []
+    for sw, sb in _SAMPLES:
+        W, T = sw * sw, sb * sb
+        st = fixed_point_state(arch, sw, sb, errors="nan")
+        if int(st.status) != ST_INF or not abs(float(st.chi_J) - 1.0) <= 1e-9:
+            return "none"
+        outK, outL, outX = (np.empty(3) for _ in range(3))
+        comp.call("depth_samples", W + T, T, W, T, comp.mu, comp.eps, layers, outK, outL, outX)
+        x = outX - 1.0
+        if not (np.all(np.isfinite(x)) and np.all(x > 0)):
+            return "none"
+        qs.append(np.log2(x[1] / x[2]))   # chi_J^l - 1 ~ l^-q
+    qs = np.array(qs)
+    if np.all(qs > 0.97):
+        return "everywhere_critical"
+    return "subcritical"
+
+
+def asymptotic_regime(arch=None, **arch_kwargs) -> str:
+    """'everywhere_critical', 'subcritical' or 'none' (see the module notes).
+
+    Decided numerically at a few (sigma_w, sigma_b): K^l diverges, chi_J^l -> 1,
+    and chi_J^l - 1 decays like 1/l (J a power law: everywhere critical) or
+    more slowly (J a stretched exponential: subcritical).
+    """
+    arch, _ = prepare(arch, arch_kwargs)
+    return _regime(arch)
+
+
+# ---------------------------------------------------------------------------
+# Critical lines.
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CriticalLine:
+    """Points (sigma_w, sigma_b) with chi_J* = 1, solved for one coordinate.
+
+    ``solved_for`` is 'sigma_b' (sigma_w given), 'sigma_w' (sigma_b given) or
+    'parametric' (K_star given; both solved). NaN marks where no line exists.
+    ``K_star`` is the fixed point on the line (inf where K^l diverges, e.g.
+    ReLU with sigma_b > 0), ``chi_K`` the kernel slope there (< 1 stable,
+    = 1 a critical point, > 1 unstable: not reached by iterating), and
+    ``reached`` whether the unit-norm input reaches that fixed point.
+    ``np.asarray(line)`` gives the solved coordinate (sigma_b for the
+    parametric form).
+    """
+
+    architecture: Architecture
+    sigma_w: np.ndarray
+    sigma_b: np.ndarray
+    K_star: np.ndarray
+    chi_K: np.ndarray
+    reached: np.ndarray
+    solved_for: str
+    everywhere_critical: bool = False
+    note: str = ""
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.sigma_w if self.solved_for == "sigma_w" else self.sigma_b
+        return np.asarray(out, dtype=dtype)
+
+    @property
+    def values(self) -> np.ndarray:
+        """The solved coordinate (as ``np.asarray(line)``)."""
+        return np.asarray(self)
+
+
+_NOTE_EVERYWHERE = ("chi_J* = 1 for every (sigma_w, sigma_b): K^l grows linearly and chi_J^l - 1 "
+                    "~ 1/l, so J^{l0,l} is a power law everywhere; there is no line")
+_NOTE_SUB = ("chi_J^l -> 1 everywhere but more slowly than 1/l: J^{l0,l} grows as a stretched "
+             "exponential (subcritical, Theorem 4.3); no critical line")
+
+
+def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwargs) -> CriticalLine:
+    """The critical line chi_J* = 1, solved for sigma_b, sigma_w or parametrically by K*.
+
+    Pass exactly one of:
+
+    ``sigma_w``
+        array: the sigma_b >= 0 on the line at each sigma_w (NaN where there
+        is none). Where several sigma_b are critical at one sigma_w (GELU near
+        sigma_w ~ 1.40), the points are solved in increasing sigma_w by
+        continuation and a crossing above the first one may be returned:
+        use ``K_star`` for the whole curve.
+    ``sigma_b``
+        array: the sigma_w on the line at each sigma_b; the form for lines
+        vertical in the (sigma_w, sigma_b) plane (scale-invariant
+        activations: sigma_w = sqrt(2 / (a_+^2 + a_-^2)) for every sigma_b).
+    ``K_star``
+        array of fixed points: the (sigma_w, sigma_b) with F(K*) = K* and
+        chi_J(K*) = 1 (one-input architectures). The natural form for GELU
+        (paper eqs. 157-158); points with chi_K > 1 are unstable (``reached``
+        False).
+
+    Architectures that are critical everywhere (pre-LN or BatchNorm with
+    mu = 1) return NaN with ``everywhere_critical=True``.
+    """
+    arch, comp = prepare(arch, arch_kwargs)
+    given = [n for n, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b), ("K_star", K_star)) if v is not None]
+    if len(given) != 1:
+        raise ValueError("critical_line needs exactly one of sigma_w=, sigma_b= or K_star= "
+                         f"(got {', '.join(given) or 'none'})")
+    regime = _regime(arch)
+    if given[0] == "K_star":
+        return _parametric(arch, comp, K_star, regime)
+    name = given[0]
+    vals = check_nonnegative(name, sigma_w if name == "sigma_w" else sigma_b)
+    shape = vals.shape
+    flat = vals.ravel()
+    nan = np.full(flat.shape, np.nan)
+    if regime != "none":
+        sw = flat if name == "sigma_w" else nan
+        sb = flat if name == "sigma_b" else nan
+        return CriticalLine(arch, sw.reshape(shape), sb.reshape(shape), np.full(shape, np.inf),
+                            np.full(shape, np.nan), np.zeros(shape, bool), "sigma_b" if name == "sigma_w"
+                            else "sigma_w", regime == "everywhere_critical",
+                            _NOTE_EVERYWHERE if regime == "everywhere_critical" else _NOTE_SUB)
+    mode = 0 if name == "sigma_w" else 1
+    order = np.argsort(flat, kind="stable")
+    fixed = np.ascontiguousarray(flat[order] ** 2)
+    outv, outK = np.empty(fixed.size), np.empty(fixed.size)
+    outS = np.empty(fixed.size, dtype=np.int64)
+    comp.call("critical_line_many", mode, fixed, comp.mu, comp.eps, outv, outK, outS)
+    solved = np.full(flat.size, np.nan)
+    ok = outS == ST_OK
+    solved[order[ok]] = np.sqrt(np.maximum(outv[ok], 0.0))
+    if mode == 0:
+        sw, sb = flat, solved
+    else:
+        sw, sb = solved, flat
+    good = np.isfinite(sw) & np.isfinite(sb)
+    K = np.full(flat.size, np.nan)
+    chiK = np.full(flat.size, np.nan)
+    if np.any(good):
+        st = fixed_point_state(arch, sw[good], sb[good], errors="nan")
+        K[good] = st.K
+        chiK[good] = st.chi_K
+    return CriticalLine(arch, sw.reshape(shape), sb.reshape(shape), K.reshape(shape), chiK.reshape(shape),
+                        good.reshape(shape), "sigma_b" if mode == 0 else "sigma_w")
+
+
+def _parametric(arch, comp, K_star, regime):
+    if comp.pair:
+        raise ValueError(f"the parametric form (K_star=) needs a one-input architecture; {arch} "
+                         "carries a pair state (BatchNorm)")
+    Ks = check_nonnegative("K_star", K_star)
+    shape = Ks.shape
+    flat = Ks.ravel()
+    order = np.argsort(flat, kind="stable")
+    outW, outT = np.empty(flat.size), np.empty(flat.size)
+    outS = np.empty(flat.size, dtype=np.int64)
+    comp.call("parametric_many", np.ascontiguousarray(flat[order]), comp.mu, comp.eps, outW, outT, outS)
+    W, T = np.full(flat.size, np.nan), np.full(flat.size, np.nan)
+    ok = (outS == ST_OK) & (outT >= 0.0) & (outW >= 0.0)
+    W[order[ok]] = outW[ok]
+    T[order[ok]] = outT[ok]
+    sw, sb = np.sqrt(W), np.sqrt(T)
+    chiK = _expr(comp, KN.CHI_K, flat, W, T)
+    reached = np.zeros(flat.size, bool)
+    good = np.isfinite(W)
+    if np.any(good):
+        st = fixed_point_state(arch, sw[good], sb[good], errors="nan")
+        reached[good] = np.isclose(st.K, flat[good], rtol=1e-9, atol=1e-12)
+    note = "" if regime == "none" else (_NOTE_EVERYWHERE if regime == "everywhere_critical" else _NOTE_SUB)
+    return CriticalLine(arch, sw.reshape(shape), sb.reshape(shape), flat.reshape(shape).copy(),
+                        chiK.reshape(shape), reached.reshape(shape), "parametric",
+                        regime == "everywhere_critical", note)
+
+
+def _expr(comp, which, K, W, T, Q=None):
+    """One compiled expression over flat arrays (NaN where W is NaN)."""
+    K, W, T = (np.ascontiguousarray(np.broadcast_to(a, np.broadcast(K, W, T).shape), dtype=np.float64).ravel()
+               for a in (K, W, T))
+    Q = np.zeros_like(K) if Q is None else np.ascontiguousarray(np.broadcast_to(Q, K.shape), dtype=np.float64)
+    out = np.empty(K.size)
+    comp.call("expr_grid", which, K, Q, W, T, comp.mu, comp.eps, out)
+    out[~np.isfinite(W)] = np.nan
+    return out
+
+
+# ---------------------------------------------------------------------------
+# All fixed points of the kernel map at one (sigma_w, sigma_b).
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FixedPoint:
+    """A fixed point K* of the kernel map with its stability and basin.
+
+    ``stability``: 'stable' (chi_K < 1), 'unstable' (chi_K > 1),
+    'half-stable from above' / 'half-stable from below' (chi_K = 1, attracting
+    only from one side), 'marginal' (chi_K = 1 with every nearby K fixed) or
+    'stable (algebraic)'. ``basin`` = (lo, hi): inputs with K^1 in that
+    interval converge to K* (ends included where they are K* itself).
+    """
+
+    K: float
+    chi_K: float
+    chi_J: float
+    stability: str
+    basin: tuple
+
+
+def _classify(comp, K, W, T, g_below, g_above):
+    chiK = float(_expr(comp, KN.CHI_K, K, W, T)[0])
+    if abs(chiK - 1.0) > 1e-9:
+        return chiK, ("stable" if chiK < 1.0 else "unstable")
+    if g_below > 0 and g_above < 0:
+        return chiK, "stable (algebraic)"
+    if g_below < 0 and g_above > 0:
+        return chiK, "unstable"
+    if g_below == 0 and g_above == 0:
+        return chiK, "marginal"
+    if g_above < 0:
+        return chiK, "half-stable from above"
+    return chiK, "half-stable from below"
+
+
+def fixed_points(arch=None, sigma_w=1.0, sigma_b=0.0, K_max=1e10, _known=(), **arch_kwargs) -> list:
+    """Every fixed point of the one-input kernel map in [0, K_max], with stability and basin.
+
+    Roots of g = F(K) - K are found on a log grid (sign changes, then Brent)
+    and by minimising |g| where it dips without changing sign (tangent,
+    half-stable fixed points, as at the GELU critical point). If g > 0 above
+    the largest root the kernel diverges from there: the last entry is then
+    K = inf (its basin the inputs above that root).
+    """
+    arch, comp = prepare(arch, arch_kwargs)
+    if comp.pair:
+        raise ValueError(f"fixed_points enumerates one-input maps; {arch} carries a pair state (BatchNorm): "
+                         "use fixed_point / fixed_point_state")
+    for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
+        if np.ndim(v) != 0:
+            raise ValueError(f"{name} must be a scalar for fixed_points")
+    sw, sb, W, T = variances(sigma_w, sigma_b)
+    W, T = float(W), float(T)
+    grid = np.concatenate([[0.0], np.logspace(-12, np.log10(K_max), 1601)])
+    g = np.empty(grid.size)
+    comp.call("g_grid", grid, 0.0, W, T, comp.mu, comp.eps, g)
+    out = np.full(64, np.nan)
+    n = comp.call("roots_scan", grid, 0.0, W, T, comp.mu, comp.eps, out)
+    roots = list(out[:n])
+    # tangent roots: |g| dips towards zero without a sign change
+    from .._kernels import _min_dg
+    from ..numeric import quiet_numba
+
+    a = np.abs(g)
+    for i in range(1, grid.size - 1):
+        if a[i] < a[i - 1] and a[i] <= a[i + 1] and np.sign(g[i - 1]) == np.sign(g[i]) == np.sign(g[i + 1]) != 0:
+            s = float(np.sign(g[i]))
+            with quiet_numba():
+                xm, fm = _min_dg(comp.fns, grid[i - 1], grid[i + 1], s, 0.0, W, T, comp.mu, comp.eps)
+            if fm <= 16 * np.finfo(float).eps * max(1.0, xm) and not any(abs(xm - r) <= 1e-9 * max(1, r) for r in roots):
+                # a tangent root is only located to ~sqrt(eps): prefer a known exact one
+                near = [k for k in _known if abs(k - xm) <= 1e-5 * max(1.0, abs(k))]
+                roots.append(float(near[0]) if near else float(xm))
+    roots = sorted(set(float(r) for r in roots if np.isfinite(r)))
+
+    def gval(K):
+        v = np.empty(1)
+        comp.call("g_grid", np.array([K]), 0.0, W, T, comp.mu, comp.eps, v)
+        return float(v[0])
+
+    result = []
+    sides = []
+    for r in roots:
+        d = max(abs(r) * 1e-7, 1e-12)
+        gb = gval(r - d) if r - d >= 0 else 0.0
+        ga = gval(r + d)
+        gb = 0.0 if abs(gb) <= 1e-300 else gb
+        ga = 0.0 if abs(ga) <= 1e-300 else ga
+        sides.append((gb, ga))
+    diverges_above = (gval(roots[-1] * (1 + 1e-6) + 1e-9) > 0) if roots else (g[-1] > 0)
+    for i, r in enumerate(roots):
+        gb, ga = sides[i]
+        chiK, stab = _classify(comp, r, W, T, gb, ga)
+        lo = roots[i - 1] if (i > 0 and gb > 0) else (0.0 if (i == 0 and gb > 0) else r)
+        hi = (roots[i + 1] if i + 1 < len(roots) else np.inf) if ga < 0 else r
+        chiJ = float(_expr(comp, KN.CHI_J, r, W, T)[0])
+        result.append(FixedPoint(r, chiK, chiJ, stab, (lo, hi)))
+    if diverges_above:
+        lo = roots[-1] if roots else 0.0
+        st = fixed_point_state(arch, float(sw), float(sb), K0=max(lo * 2, 1.0), errors="nan")
+        result.append(FixedPoint(np.inf, float(st.chi_K), float(st.chi_J), "divergent", (lo, np.inf)))
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Critical points.
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CriticalPoint:
+    """A point with chi_J* = chi_K* = 1.
+
+    ``c2``, ``c3`` are the series coefficients of dK^{l+1} = dK - c_2 dK^2 -
+    c_3 dK^3 (appendix G) and ``d1`` that of chi_J = 1 - d_1 dK; ``stability``
+    of K* follows (see :class:`FixedPoint`). ``fixed_points`` lists every
+    fixed point of the map at this (sigma_w, sigma_b) with its basin, and
+    ``unit_input_reaches`` the one the unit-norm input (K^1 = sigma_w^2 +
+    sigma_b^2) converges to.
+    """
+
+    sigma_w: float
+    sigma_b: float
+    K_star: float
+    chi_J: float
+    chi_K: float
+    stability: str
+    c2: float
+    c3: float
+    d1: float
+    fixed_points: tuple
+    unit_input_reaches: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CriticalPoints:
+    """All critical points of an architecture (a sequence of :class:`CriticalPoint`)."""
+
+    architecture: Architecture
+    points: tuple
+    everywhere_critical: bool = False
+    note: str = ""
+
+    def __len__(self):
+        return len(self.points)
+
+    def __getitem__(self, i):
+        return self.points[i]
+
+    def __iter__(self):
+        return iter(self.points)
+
+
+@lru_cache(maxsize=64)
+def _derivatives(arch: Architecture, order: int):
+    """mpmath functions of (K, sigma_w, sigma_b, mu, eps) for d^n F/dK^n (n <= order) and d^n chi_J/dK^n."""
+    import sympy as sp
+
+    from .. import symbols as S
+    from ..gaussian import mp_expect, mp_expect2
+    from ..symbolic import recursion
+
+    from sympy.utilities.lambdify import implemented_function
+
+    from ..gaussian import GaussianExpectation, GaussianExpectation2
+
+    rec = recursion(arch)
+    args = (S.K, S.sigma_w, S.sigma_b, S.mu, S.eps)
+
+    def mpmath_ready(e):
+        # unevaluated expectations -> implemented functions computed by mpmath quadrature
+        repl = {}
+        for i, ge in enumerate(e.atoms(GaussianExpectation)):
+            f = sp.lambdify(ge.args[0].variables, ge.args[0].expr, modules="mpmath")
+            fn = implemented_function(f"_mf_ge{i}", lambda K, f=f: mp_expect(f, K, dps=30))
+            repl[ge] = fn(ge.args[1])
+        for i, ge in enumerate(e.atoms(GaussianExpectation2)):
+            f = sp.lambdify(ge.args[0].variables, ge.args[0].expr, modules="mpmath")
+            fn = implemented_function(f"_mf_ge2_{i}", lambda a, b, c, f=f: mp_expect2(f, a, b, c, dps=25))
+            repl[ge] = fn(*ge.args[1:])
+        return e.xreplace(repl)
+
+    out = {}
+    for name, e in (("F", rec.kernel), ("X", rec.chi_J)):
+        out[name] = [sp.lambdify(args, mpmath_ready(sp.diff(e, S.K, n) if n else e), modules="mpmath")
+                     for n in range(order + 1)]
+    return out
+
+
+def _series(arch, K, sw, sb, order=3):
+    """Taylor coefficients at K* (the expansion of Recursion.series), evaluated with mpmath.
+
+    Returns (c2, c3, d1) of dK' = dK - c2 dK^2 - c3 dK^3 and chi_J = chi_J* - d1 dK.
+    """
+    import mpmath as mp
+
+    try:
+        fs = _derivatives(arch, order)
+        with mp.workdps(30):
+            vals = (mp.mpf(K), mp.mpf(sw), mp.mpf(sb), mp.mpf(arch.mu or 0), mp.mpf(arch.eps))
+            a = [fs["F"][n](*vals) / mp.factorial(n) for n in range(order + 1)]
+            b = [fs["X"][n](*vals) / mp.factorial(n) for n in range(2)]
+        return float(-a[2]), float(-a[3]), float(-b[1])
+    except (TypeError, ValueError, ZeroDivisionError, AttributeError, NameError):
+        return (np.nan, np.nan, np.nan)
+
+
+def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
+    """Every point (sigma_w, sigma_b) with chi_J* = chi_K* = 1, with K* and its stability.
+
+    The parametric critical line (K* -> sigma_w, sigma_b) is scanned over K*
+    in {0} and [1e-8, K_max] for sign changes of chi_K - 1, refined by Brent
+    and polished by Newton on (K*, sigma_w^2, sigma_b^2). Scale-invariant
+    activations, whose line K* -> (sigma_w, sigma_b) is a single point with
+    every K a fixed point, give that point with stability 'marginal'.
+
+    Each point lists every fixed point of the map there with its basin, so
+    it says which inputs reach K* (at the GELU point (1.408, 0.416), K* =
+    (3 + sqrt 17)/2 attracts only from above; the unit input converges to a
+    second, stable fixed point below it).
+    """
+    arch, comp = prepare(arch, arch_kwargs)
+    regime = _regime(arch)
+    if regime == "everywhere_critical":
+        return CriticalPoints(arch, (), True, _NOTE_EVERYWHERE)
+    if comp.pair:
+        return CriticalPoints(arch, (), False,
+                              "pair-state (BatchNorm) blocks: the normalised state is fixed after one block "
+                              "(mu < 1 contracts with rate mu^2), so chi_K* < 1: no critical point")
+    Ks = np.concatenate([[0.0], np.logspace(-8, np.log10(K_max), 641)])
+    outW, outT = np.empty(Ks.size), np.empty(Ks.size)
+    outS = np.empty(Ks.size, dtype=np.int64)
+    comp.call("parametric_many", Ks, comp.mu, comp.eps, outW, outT, outS)
+    valid = (outS == ST_OK) & (outW >= 0)
+    W = np.where(valid, outW, np.nan)
+    T = np.where(valid, outT, np.nan)
+    c = _expr(comp, KN.CHI_K, Ks, W, T) - 1.0
+    found = []
+    ok = np.isfinite(c)
+    if np.count_nonzero(ok) >= 2 and np.all(np.abs(c[ok]) <= 1e-10):
+        # degenerate: chi_K = 1 all along the line. For scale-invariant maps
+        # F = K + T there, so the line is the single point T = 0 at which every
+        # K is a fixed point.
+        Wm = float(np.median(W[ok]))
+        if (np.allclose(W[ok], Wm, rtol=1e-9, atol=1e-12)
+                and np.all(np.abs(T[ok]) <= 1e-9 * np.maximum(1.0, Ks[ok]))):
+            found.append((np.nan, Wm, 0.0))
+    else:
+        if ok[0] and abs(c[0]) <= 1e-12:
+            found.append((0.0, W[0], T[0]))
+        from scipy.optimize import brentq
+
+        def cfun(K):
+            outw, outt, outs = np.empty(1), np.empty(1), np.empty(1, dtype=np.int64)
+            comp.call("parametric_many", np.array([K]), comp.mu, comp.eps, outw, outt, outs)
+            if outs[0] != ST_OK:
+                return np.nan
+            return float(_expr(comp, KN.CHI_K, K, outw[0], outt[0])[0]) - 1.0
+
+        for i in range(1, Ks.size):
+            if ok[i] and ok[i - 1] and c[i] != 0 and c[i - 1] != 0 and np.sign(c[i]) != np.sign(c[i - 1]):
+                Kc = brentq(cfun, Ks[i - 1], Ks[i], xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=200)
+                K1, W1, T1, conv = comp.call("newton_point", Kc, W[i], T[i], comp.mu, comp.eps)
+                if conv:
+                    found.append((K1, W1, T1))
+            elif ok[i] and c[i] == 0 and i > 0:
+                found.append((Ks[i], W[i], T[i]))
+    points = []
+    for K, Wc, Tc in found:
+        if not (Tc >= -1e-14 and Wc >= 0):
+            continue
+        sw, sb = float(np.sqrt(Wc)), float(np.sqrt(max(Tc, 0.0)))
+        if np.isnan(K):  # marginal: a line of fixed points
+            K = Wc + max(Tc, 0.0)
+            c2 = c3 = d1 = 0.0
+            stab = "marginal"
+            note = ("every K is a fixed point here (F(K) = K): K* is the input's own K^1, "
+                    "sigma_w^2 + sigma_b^2 for the unit-norm input")
+            fps = ()
+            unit_K = K
+        else:
+            c2, c3, d1 = _series(arch, K, sw, sb)
+            stab = _stability_from_series(c2, c3, K)
+            note = ""
+            fps = tuple(fixed_points(arch, sw, sb, _known=(K,)))
+            unit_K = float(fixed_point_state(arch, sw, sb, errors="nan").K)
+        chiJ = float(_expr(comp, KN.CHI_J, K, Wc, max(Tc, 0.0))[0])
+        chiK = float(_expr(comp, KN.CHI_K, K, Wc, max(Tc, 0.0))[0])
+        points.append(CriticalPoint(sw, sb, float(K), chiJ, chiK, stab, c2, c3, d1, fps, unit_K, note))
+    note = "" if points else "no point with chi_J* = chi_K* = 1"
+    if regime == "subcritical":
+        note = (note + "; " if note else "") + _NOTE_SUB
+    return CriticalPoints(arch, tuple(points), False, note)
+
+
+def _stability_from_series(c2, c3, K):
+    if not np.isfinite(c2):
+        return "unknown"
+    if abs(c2) > 1e-12:
+        if K == 0 and c2 < 0:
+            return "half-stable from below (K >= 0: repelling for every input K > 0)"
+        return "half-stable from above" if c2 > 0 else "half-stable from below"
+    if np.isfinite(c3) and c3 > 0:
+        return "stable (algebraic)"
+    if np.isfinite(c3) and c3 < 0:
+        return "unstable"
+    return "marginal"
+
+
+# ---------------------------------------------------------------------------
+# Correlation length and phase diagrams.
+# ---------------------------------------------------------------------------
+def correlation_length(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, errors="raise", **arch_kwargs):
+    """xi = 1 / |log chi_J*| (inf on the critical line; J^{l0,l} ~ exp(-l/xi) off it).
+
+    Where K^l diverges chi_J* is the limit of chi_J^l (for the everywhere- or
+    subcritical architectures that limit is 1 and xi = inf).
+    """
+    st = fixed_point_state(arch, sigma_w, sigma_b, K0, errors=errors, **arch_kwargs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xi = 1.0 / np.abs(np.log(st.chi_J))
+    xi = np.where(st.chi_J == 1.0, np.inf, xi)
+    return float(xi) if np.ndim(xi) == 0 else xi
+
+
+PHASES = {-1: "ordered", 0: "critical", 1: "chaotic"}
+
+
+@dataclass(frozen=True)
+class PhaseDiagram:
+    """chi_J*, K*, chi_K*, xi and the phase on a (sigma_w, sigma_b) grid.
+
+    Arrays have shape (len(sigma_w), len(sigma_b)); ``phase`` holds -1
+    (ordered, chi_J* < 1), 0 (critical, |chi_J* - 1| <= tol) and 1 (chaotic);
+    :data:`PHASES` names them.
+    """
+
+    architecture: Architecture
+    sigma_w: np.ndarray
+    sigma_b: np.ndarray
+    chi_J: np.ndarray
+    K: np.ndarray
+    chi_K: np.ndarray
+    xi: np.ndarray
+    phase: np.ndarray
+    everywhere_critical: bool = False
+    tol: float = field(default=1e-9)
+
+    def phase_names(self) -> np.ndarray:
+        return np.vectorize(PHASES.get, otypes=[object])(self.phase)
+
+    def plot(self, ax=None, line=True, cmap="RdBu_r"):
+        """log(chi_J*) as an image with the critical line drawn on top (matplotlib)."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(5, 4))
+        with np.errstate(divide="ignore"):
+            z = np.log(self.chi_J).T
+        lim = np.nanmax(np.abs(z[np.isfinite(z)])) if np.any(np.isfinite(z)) else 1.0
+        im = ax.pcolormesh(self.sigma_w, self.sigma_b, z, cmap=cmap, vmin=-lim, vmax=lim, shading="auto")
+        plt.colorbar(im, ax=ax, label=r"$\log \chi_J^\star$")
+        if line and not self.everywhere_critical:
+            cl = critical_line(self.architecture, sigma_w=np.linspace(self.sigma_w.min(), self.sigma_w.max(), 400))
+            ax.plot(cl.sigma_w, cl.sigma_b, "k-", lw=1.5, label="critical line")
+        ax.set_xlabel(r"$\sigma_w$")
+        ax.set_ylabel(r"$\sigma_b$")
+        ax.set_title(str(self.architecture))
+        return ax
+
+
+def phase_diagram(arch=None, sigma_w=None, sigma_b=None, tol=1e-9, errors="nan", **arch_kwargs) -> PhaseDiagram:
+    """chi_J*, xi and the phase on the grid sigma_w x sigma_b (1-D arrays).
+
+    Points where the fixed-point solve fails are NaN (``errors='raise'`` to
+    raise instead). Everywhere-critical architectures are marked critical
+    throughout.
+    """
+    arch, _ = prepare(arch, arch_kwargs)
+    if sigma_w is None or sigma_b is None:
+        raise ValueError("phase_diagram needs 1-D arrays sigma_w= and sigma_b=")
+    sw = check_finite_array("sigma_w", sigma_w)
+    sb = check_finite_array("sigma_b", sigma_b)
+    if sw.ndim != 1 or sb.ndim != 1:
+        raise ValueError("phase_diagram takes 1-D sigma_w and sigma_b grids")
+    SW, SB = np.meshgrid(sw, sb, indexing="ij")
+    st = fixed_point_state(arch, SW, SB, errors=errors)
+    regime = _regime(arch)
+    X = st.chi_J
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xi = np.where(X == 1.0, np.inf, 1.0 / np.abs(np.log(X)))
+    phase = np.where(np.abs(X - 1.0) <= tol, 0, np.where(X < 1.0, -1, 1)).astype(np.int8)
+    if regime == "everywhere_critical":
+        phase[:] = 0
+        xi = np.full(X.shape, np.inf)
+    return PhaseDiagram(arch, sw, sb, X, st.K, st.chi_K, xi, phase, regime == "everywhere_critical", tol)
