@@ -9,6 +9,8 @@ works in float64.
 from ._common import ConvergenceError
 from .fixed import (FixedPointState, KernelProfile, chi_J, chi_K, fixed_point, fixed_point_state,
                     kernel_profile)
+from .exponents import Exponents, exponents
+from .finite_width import apjn_from_input, chi_Delta, l0_correction
 from .lines import (PHASES, CriticalLine, CriticalPoint, CriticalPoints, FixedPoint, PhaseDiagram,
                     asymptotic_regime, correlation_length, critical_line, critical_point, fixed_points,
                     phase_diagram)
@@ -18,13 +20,17 @@ __all__ = [
     "CriticalLine",
     "CriticalPoint",
     "CriticalPoints",
+    "Exponents",
     "FixedPoint",
     "PHASES",
     "PhaseDiagram",
+    "apjn_from_input",
     "asymptotic_regime",
+    "chi_Delta",
     "correlation_length",
     "critical_line",
     "critical_point",
+    "exponents",
     "fixed_points",
     "phase_diagram",
     "FixedPointState",
@@ -34,4 +40,5 @@ __all__ = [
     "fixed_point",
     "fixed_point_state",
     "kernel_profile",
+    "l0_correction",
 ]
