@@ -35,6 +35,8 @@ def to_jsonable(obj):
         return _float(float(obj))
     if isinstance(obj, np.ndarray):
         return [to_jsonable(v) for v in obj.tolist()] if obj.ndim else to_jsonable(obj.item())
+    if hasattr(obj, "to_dict") and not isinstance(obj, type):  # e.g. Architecture: its spec, not its internals
+        return to_jsonable(obj.to_dict())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
                 if not f.name.startswith("_")}

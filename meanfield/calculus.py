@@ -450,6 +450,11 @@ class Architecture:
             vals[S.eps] = self.eps
         return vals
 
+    def to_dict(self) -> dict:
+        """The spec as plain data (JSON output, reports)."""
+        return {"description": str(self), "activation": self.activation.name, "norm": self.norm, "mu": self.mu,
+                "block": self.block, "eps": self.eps, "stages": self.stages}
+
     def with_(self, **changes) -> "Architecture":
         """A copy with some fields changed (``arch.with_(mu=1.0)``)."""
         return replace(self, **changes)

@@ -151,28 +151,35 @@ def cmd_phase_diagram(args):
     arch = _architecture(args)
     sw = parse_grid(args.sigma_w, "sigma-w")
     sb = parse_grid(args.sigma_b, "sigma-b")
-    SW, SB = np.meshgrid(sw, sb, indexing="ij")
-    pd = mf.phase_diagram(arch, sigma_w=SW, sigma_b=SB)
+    pd = mf.phase_diagram(arch, sigma_w=sw, sigma_b=sb)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    chi = np.asarray(pd.chi_J, dtype=float)
+    names = _phase_names(pd.phase)
     with open(out.with_suffix(".csv"), "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["sigma_w", "sigma_b", "chi_J", "xi", "phase"])
-        phase = np.broadcast_to(np.asarray(getattr(pd, "phase", np.full(chi.shape, "")), dtype=object), chi.shape)
-        xi = np.asarray(getattr(pd, "xi", np.full(chi.shape, np.nan)), dtype=float)
-        for idx in np.ndindex(chi.shape):
-            w.writerow([SW[idx], SB[idx], chi[idx], xi[idx], phase[idx]])
-    record = {"architecture": str(arch), "sigma_w": sw, "sigma_b": sb, "result": pd}
-    out.with_suffix(".json").write_text(json.dumps(to_jsonable(record), allow_nan=False))
+        w.writerow(["sigma_w", "sigma_b", "K_star", "chi_J", "xi", "phase"])
+        for i, j in np.ndindex(pd.chi_J.shape):
+            w.writerow([sw[i], sb[j], pd.K[i, j], pd.chi_J[i, j], pd.xi[i, j], names[i, j]])
+    out.with_suffix(".json").write_text(json.dumps(to_jsonable(pd), allow_nan=False))
     png = out.with_suffix(".png")
-    _plot_phase_diagram(arch, sw, sb, chi, png)
-    summary = {"png": str(png), "csv": str(out.with_suffix(".csv")), "json": str(out.with_suffix(".json")),
-               "chi_J_min": float(np.nanmin(chi)), "chi_J_max": float(np.nanmax(chi))}
+    _plot_phase_diagram(arch, sw, sb, pd, png)
+    counts = {name: int(np.sum(names == name)) for name in ("ordered", "critical", "chaotic")}
+    summary = {"architecture": str(arch), "png": str(png), "csv": str(out.with_suffix(".csv")),
+               "json": str(out.with_suffix(".json")), "points": counts}
     _emit(args, summary, text="\n".join(f"{k}: {v}" for k, v in summary.items()))
 
 
-def _plot_phase_diagram(arch, sw, sb, chi, path):
+def _phase_names(codes) -> np.ndarray:
+    """Phase codes of meanfield.PHASES (-1, 0, 1; NaN where undetermined) -> names."""
+    from .solvers import PHASES
+
+    names = np.full(np.shape(codes), "undetermined", dtype=object)
+    for code, name in PHASES.items():
+        names[np.asarray(codes) == code] = name
+    return names
+
+
+def _plot_phase_diagram(arch, sw, sb, pd, path):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,16 +189,13 @@ def _plot_phase_diagram(arch, sw, sb, chi, path):
 
     fig, ax = plt.subplots(figsize=(5, 4), dpi=100)
     with np.errstate(divide="ignore", invalid="ignore"):
-        logchi = np.log(chi)
+        logchi = np.log(np.asarray(pd.chi_J, dtype=float))
     m = ax.pcolormesh(sw, sb, logchi.T, cmap="RdBu_r", vmin=-1, vmax=1, shading="auto")
     fig.colorbar(m, ax=ax, label=r"$\log \chi_J^\star$")
-    try:
-        line = mf.critical_line(arch, sigma_w=sw)
-        ax.plot(np.asarray(getattr(line, "sigma_w", sw), dtype=float),
-                np.asarray(getattr(line, "sigma_b", line), dtype=float), "k-", lw=1.5, label="critical line")
+    line = mf.critical_line(arch, sigma_w=np.linspace(sw.min(), sw.max(), 200))
+    if not line.everywhere_critical:
+        ax.plot(line.sigma_w, line.sigma_b, "k-", lw=1.5, label="critical line")
         ax.legend(loc="upper left", fontsize=8)
-    except Exception:  # everywhere-critical architectures have no line to draw
-        pass
     ax.set_xlabel(r"$\sigma_w$")
     ax.set_ylabel(r"$\sigma_b$")
     ax.set_xlim(sw.min(), sw.max())
