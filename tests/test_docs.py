@@ -1,0 +1,42 @@
+"""The README, the docs and CI say the same thing as the code."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_commands():
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```bash\n(.*?)\n```", text, flags=re.S)
+
+
+def test_readme_has_two_setup_commands_and_ci_runs_the_test_one():
+    cmds = _readme_commands()
+    assert len(cmds) >= 2
+    main_job, tests = cmds[0].strip(), cmds[1].strip()
+    assert main_job.startswith("pip install .") and "meanfield critical-point" in main_job
+    assert "pytest" in tests and "torch==2.13.0" in tests
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert tests in ci, "the README's test command must appear verbatim in .ci/run"
+    # the main job in CI differs only by running from a scratch directory
+    assert "meanfield critical-point --activation erf" in ci and "meanfield phase-diagram" in ci
+
+
+def test_api_reference_is_up_to_date():
+    proc = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_api.py"), "--check"])
+    assert proc.returncode == 0, "docs/api.md is stale: run `python docs/gen_api.py`"
+
+
+def test_relative_links_in_markdown_resolve():
+    broken = []
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", md.read_text()):
+            if "://" in target:
+                continue
+            if not (md.parent / target).exists():
+                broken.append(f"{md.name} -> {target}")
+    assert not broken, broken
