@@ -1,0 +1,398 @@
+r"""Torch realisations of :class:`~meanfield.calculus.Architecture` blocks, batched over initialisations.
+
+One spec, two realisations: :func:`realise` walks the primitive tree of
+``Architecture.block_spec()`` (the same tree the symbolic layer derives the
+recursions from) and returns a torch module for each node. Nothing here is
+written per architecture; a new primitive in the calculus needs one class
+here and nothing else.
+
+Tensor layout
+-------------
+Every module maps a tensor ``z`` of shape ``(I, P, S, B, T, N)`` to one of
+the same layout:
+
+=====  =====================================================================
+I      independent initialisations (networks), all computed in one pass
+P      parameter points (sigma_w, sigma_b, mu, eps): a (sigma_w, sigma_b)
+       grid shares the same random numbers (common random numbers)
+S      slot 0 is the primal preactivation h; slots 1.. are tangents (JVPs)
+B      inputs of the batch (BatchNorm mixes them)
+T      tokens (patches) for ResMLP / MLP-Mixer blocks, 1 for MLPs
+N      features (channels), the width
+=====  =====================================================================
+
+Tangents are propagated by the forward-mode (JVP) rule of each primitive:
+Dense ``t -> W t`` (no bias), activation ``t -> phi'(h) t``, the
+normalisations by their exact linearisation, ``Residual`` and ``Scale``
+linearly. So one pass gives the preactivations and any number of
+Jacobian-vector products, with the tangents riding along the primal in the
+same batched matrix multiplications. ``tests/test_verification_networks.py``
+checks these rules against ``torch.func.jvp`` of the primal computation.
+
+Weights
+-------
+A Dense layer draws a standard normal matrix G of shape (I, out, in) and a
+vector g of shape (I, out) from the per-initialisation generators of the
+:class:`Context`, and uses
+
+    W = sigma_w * G / sqrt(fan_in),    b = sigma_b * g,
+
+for every parameter point at once: the matrix product with G is shared by
+all P points (one ``torch.bmm`` per layer), the scale sigma_w / sqrt(fan_in)
+and the bias are applied per point. Weights are drawn when a layer runs and
+are not stored, so memory does not grow with depth; re-seeding the
+generators replays the same network.
+
+Normalisations have no affine parameters (identity at initialisation) and no
+epsilon in the variance: LayerNorm normalises over the features (or, with
+``axis='tokens'``, over the tokens) of each token of each input; BatchNorm
+normalises each neuron over the inputs of the batch with the biased batch
+variance (AutoInit eq. 22).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import sympy as sp
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import symbols as S
+from ..activations import ACTIVATIONS, Activation, Erf, Gelu, ScaleInvariant
+from ..calculus import (ActivationLayer, Architecture, BatchNorm, Chain, Dense, LayerNormPost,
+                        LayerNormPre, Primitive, Residual, Scale)
+
+__all__ = [
+    "Context",
+    "torch_activation",
+    "realise",
+    "RDense",
+    "RActivation",
+    "RLayerNorm",
+    "RBatchNorm",
+    "RScale",
+    "RResidual",
+    "RChain",
+    "input_layer",
+]
+
+_PARAM_SYMBOLS = (S.sigma_w, S.sigma_b, S.mu, S.eps)
+_SQRT2 = math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+# ---------------------------------------------------------------------------
+# Random numbers and parameter values.
+# ---------------------------------------------------------------------------
+class Context:
+    """Per-initialisation generators and per-point parameter values for one pass.
+
+    Parameters
+    ----------
+    generators : list of torch.Generator
+        One per initialisation (on ``device``); draws for initialisation i
+        come only from ``generators[i]``, so results do not depend on how the
+        initialisations are split into chunks.
+    params : dict
+        Maps 'sigma_w', 'sigma_b', 'mu', 'eps' to 1-d arrays of length P
+        (the parameter points).
+    """
+
+    def __init__(self, generators: Sequence[torch.Generator], params: dict, device, dtype):
+        self.generators = list(generators)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        arrays = {k: np.atleast_1d(np.asarray(v, dtype=np.float64)) for k, v in params.items()}
+        P = max(a.size for a in arrays.values())
+        self.P = P
+        self._values = {S.sigma_w: np.broadcast_to(arrays.get("sigma_w", np.ones(1)), (P,)),
+                        S.sigma_b: np.broadcast_to(arrays.get("sigma_b", np.zeros(1)), (P,)),
+                        S.mu: np.broadcast_to(arrays.get("mu", np.zeros(1)), (P,)),
+                        S.eps: np.broadcast_to(arrays.get("eps", np.ones(1)), (P,))}
+        self._cache: dict = {}
+
+    @property
+    def n_init(self) -> int:
+        return len(self.generators)
+
+    def normal(self, shape) -> torch.Tensor:
+        """Standard normal tensor of shape (I, *shape), row i from generator i."""
+        shape = tuple(int(s) for s in shape)
+        out = torch.empty((self.n_init,) + shape, device=self.device, dtype=self.dtype)
+        for i, g in enumerate(self.generators):
+            torch.randn(shape, generator=g, out=out[i])
+        return out
+
+    def value(self, expr) -> torch.Tensor:
+        """The parameter expression (a symbol or number, e.g. sigma_w) at every point: shape (P,)."""
+        key = expr
+        if key not in self._cache:
+            e = sp.sympify(expr)
+            free = e.free_symbols - set(_PARAM_SYMBOLS)
+            if free:
+                raise ValueError(f"parameter expression {e} has symbols {sorted(map(str, free))}; "
+                                 "only sigma_w, sigma_b, mu, eps can be set numerically")
+            f = sp.lambdify(_PARAM_SYMBOLS, e, modules="numpy")
+            vals = np.broadcast_to(np.asarray(f(*(self._values[s] for s in _PARAM_SYMBOLS)),
+                                              dtype=np.float64), (self.P,))
+            self._cache[key] = torch.tensor(np.array(vals), device=self.device, dtype=self.dtype)
+        return self._cache[key]
+
+
+def _pview(v: torch.Tensor) -> torch.Tensor:
+    """(P,) -> (1, P, 1, 1, 1, 1) for broadcasting against z."""
+    return v.view(1, -1, 1, 1, 1, 1)
+
+
+# ---------------------------------------------------------------------------
+# Activations: phi and phi' as torch functions.
+# ---------------------------------------------------------------------------
+def _gelu_prime(x):
+    return 0.5 * (1.0 + torch.special.erf(x / _SQRT2)) + x * torch.exp(-0.5 * x * x) * _INV_SQRT_2PI
+
+
+def _silu_prime(x):
+    s = torch.sigmoid(x)
+    return s * (1.0 + x * (1.0 - s))
+
+
+_NAMED = {
+    "erf": (torch.special.erf, lambda x: _TWO_OVER_SQRT_PI * torch.exp(-x * x)),
+    "gelu": (lambda x: F.gelu(x, approximate="none"), _gelu_prime),
+    "tanh": (torch.tanh, lambda x: 1.0 - torch.tanh(x) ** 2),
+    "silu": (F.silu, _silu_prime),
+    "swish": (F.silu, _silu_prime),
+    "softplus": (lambda x: torch.logaddexp(x, torch.zeros((), dtype=x.dtype, device=x.device)),
+                 torch.sigmoid),
+}
+
+
+def _lambdify_torch(expr):
+    f = sp.lambdify(S.x, expr, modules="torch")
+
+    def g(t):
+        out = f(t)
+        if not isinstance(out, torch.Tensor):  # a constant expression
+            out = torch.full_like(t, float(out))
+        return out
+
+    return g
+
+
+def torch_activation(phi: Activation):
+    """(phi, phi') as elementwise torch functions for an :class:`Activation`.
+
+    Registered names map to torch's own functions (exact GELU, torch.erf...),
+    the scale-invariant family to ``torch.where``; any other sympy expression
+    is lambdified with sympy's torch printer, its derivative taken by sympy.
+    """
+    if isinstance(phi, ScaleInvariant):
+        ap, am = float(phi.a_plus), float(phi.a_minus)
+        if (ap, am) == (1.0, 0.0):
+            return torch.relu, lambda x: (x > 0).to(x.dtype)
+        if (ap, am) == (1.0, 1.0):
+            return (lambda x: x), torch.ones_like
+        return (lambda x: torch.where(x >= 0, ap * x, am * x),
+                lambda x: torch.where(x >= 0, torch.full_like(x, ap), torch.full_like(x, am)))
+    if isinstance(phi, Erf):
+        return _NAMED["erf"]
+    if isinstance(phi, Gelu):
+        return _NAMED["gelu"]
+    name = phi.name
+    if name in _NAMED and name in ACTIVATIONS:
+        try:
+            registered = ACTIVATIONS[name]().expr
+        except TypeError:  # pragma: no cover - parametrised factories
+            registered = None
+        if registered is not None and sp.simplify(registered - phi.expr) == 0:
+            return _NAMED[name]
+    try:
+        return _lambdify_torch(phi.expr), _lambdify_torch(sp.diff(phi.expr, S.x))
+    except Exception as err:  # pragma: no cover - sympy printer gaps
+        raise ValueError(f"activation {phi.name!r} ({phi.expr}) cannot be translated to torch: {err}") from None
+
+
+# ---------------------------------------------------------------------------
+# Realised primitives.
+# ---------------------------------------------------------------------------
+class RLayer(nn.Module):
+    """Base class: ``forward(z, ctx)`` on the (I, P, S, B, T, N) layout."""
+
+    def forward(self, z: torch.Tensor, ctx: Context) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class RDense(RLayer):
+    """Dense layer on the features (last axis) or on the tokens (axis -2).
+
+    The bias is added to the primal slot only; tangents see the linear part.
+    ``out`` is the output size (the input size when None).
+    """
+
+    def __init__(self, spec: Dense, out: int | None = None):
+        super().__init__()
+        self.spec = spec
+        self.axis = "tokens" if spec.axis == "tokens" else "features"
+        self.out = out
+
+    def forward(self, z, ctx):
+        I, P, Sl, B, T, N = z.shape
+        if self.axis == "features":
+            out = self.out or N
+            G = ctx.normal((out, N))
+            y = torch.bmm(z.reshape(I, P * Sl * B * T, N), G.transpose(1, 2)).view(I, P, Sl, B, T, out)
+            fan_in = N
+            g = ctx.normal((out,)).view(I, 1, 1, 1, out)
+        else:
+            out = self.out or T
+            G = ctx.normal((out, T))
+            y = torch.matmul(G.unsqueeze(1), z.reshape(I, P * Sl * B, T, N)).view(I, P, Sl, B, out, N)
+            fan_in = T
+            g = ctx.normal((out,)).view(I, 1, 1, out, 1)
+        scale = _pview(ctx.value(self.spec.sigma_w) / math.sqrt(fan_in))
+        y = y.mul_(scale) if y.shape[1] == scale.shape[1] else y * scale
+        sb = ctx.value(self.spec.sigma_b).view(1, -1, 1, 1, 1)
+        y[:, :, 0] += sb * g
+        return y
+
+    def extra_repr(self):
+        return f"axis={self.axis!r}, sigma_w={self.spec.sigma_w}, sigma_b={self.spec.sigma_b}"
+
+
+def input_layer(width: int, axis: str = "features") -> RDense:
+    """The input layer h^1 = W x + b (sigma_w, sigma_b), mapping N0 features to ``width``."""
+    return RDense(Dense(axis=axis), out=width)
+
+
+class RActivation(RLayer):
+    """phi on the primal, phi'(h) * t on the tangents."""
+
+    def __init__(self, spec: ActivationLayer):
+        super().__init__()
+        self.spec = spec
+        self.phi, self.dphi = torch_activation(spec.phi)
+
+    def forward(self, z, ctx):
+        h = z[:, :, :1]
+        if z.shape[2] == 1:
+            return self.phi(h)
+        out = torch.empty_like(z)
+        out[:, :, :1] = self.phi(h)
+        torch.mul(self.dphi(h), z[:, :, 1:], out=out[:, :, 1:])
+        return out
+
+    def extra_repr(self):
+        return f"phi={self.spec.phi.name}"
+
+
+def _normalise(z: torch.Tensor, dim: int) -> torch.Tensor:
+    """(h - mean) / std over ``dim`` (biased variance, no epsilon), with its exact JVP.
+
+    y = (h - m) / s;  dy = (dt - mean(dt) - y * mean(y * dt)) / s.
+    """
+    h = z[:, :, :1]
+    c = h - h.mean(dim, keepdim=True)
+    s = c.pow(2).mean(dim, keepdim=True).sqrt()
+    y = c / s
+    if z.shape[2] == 1:
+        return y
+    t = z[:, :, 1:]
+    dt = (t - t.mean(dim, keepdim=True) - y * (y * t).mean(dim, keepdim=True)) / s
+    return torch.cat([y, dt], dim=2)
+
+
+class RLayerNorm(RLayer):
+    """LayerNorm without affine parameters, over the features of each token (or over the tokens).
+
+    Realises both :class:`~meanfield.calculus.LayerNormPre` (on a
+    preactivation) and :class:`~meanfield.calculus.LayerNormPost` (on
+    phi(h)); where it sits in the chain is what differs.
+    """
+
+    def __init__(self, spec):
+        super().__init__()
+        self.spec = spec
+        self.dim = -2 if getattr(spec, "axis", "features") == "tokens" else -1
+
+    def forward(self, z, ctx):
+        return _normalise(z, self.dim)
+
+    def extra_repr(self):
+        return f"{type(self.spec).__name__}, dim={self.dim}"
+
+
+class RBatchNorm(RLayer):
+    """BatchNorm without affine parameters: each neuron over the inputs of the batch (axis B)."""
+
+    def __init__(self, spec: BatchNorm):
+        super().__init__()
+        self.spec = spec
+
+    def forward(self, z, ctx):
+        if z.shape[3] < 2:
+            raise ValueError("BatchNorm needs a batch of at least 2 inputs (batch >= 2)")
+        return _normalise(z, 3)
+
+
+class RScale(RLayer):
+    """Multiplication by eps (LayerScale at initialisation)."""
+
+    def __init__(self, spec: Scale):
+        super().__init__()
+        self.spec = spec
+
+    def forward(self, z, ctx):
+        return z * _pview(ctx.value(self.spec.eps))
+
+
+class RChain(RLayer):
+    """Layers in order."""
+
+    def __init__(self, spec: Chain):
+        super().__init__()
+        self.spec = spec
+        self.layers = nn.ModuleList([realise(p) for p in spec.layers])
+
+    def forward(self, z, ctx):
+        for layer in self.layers:
+            z = layer(z, ctx)
+        return z
+
+
+class RResidual(RLayer):
+    """branch(z) + mu z (the same linear map on the tangents)."""
+
+    def __init__(self, spec: Residual):
+        super().__init__()
+        self.spec = spec
+        self.branch = realise(spec.branch)
+
+    def forward(self, z, ctx):
+        return self.branch(z, ctx) + _pview(ctx.value(self.spec.mu)) * z
+
+
+_REALISATIONS = [
+    (Dense, RDense),
+    (ActivationLayer, RActivation),
+    (LayerNormPre, RLayerNorm),
+    (LayerNormPost, RLayerNorm),
+    (BatchNorm, RBatchNorm),
+    (Scale, RScale),
+    (Residual, RResidual),
+    (Chain, RChain),
+]
+
+
+def realise(spec: Primitive | Architecture) -> RLayer:
+    """The torch module of a primitive tree (or of an Architecture's block)."""
+    if isinstance(spec, Architecture):
+        spec = spec.block_spec()
+    for cls, rcls in _REALISATIONS:
+        if isinstance(spec, cls):
+            return rcls(spec)
+    raise ValueError(f"no torch realisation for primitive {type(spec).__name__}; "
+                     f"known: {', '.join(c.__name__ for c, _ in _REALISATIONS)}")
