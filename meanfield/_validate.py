@@ -10,7 +10,8 @@ from typing import Iterable
 
 import numpy as np
 
-__all__ = ["check_choice", "check_nonnegative", "check_positive", "check_finite_array"]
+__all__ = ["check_choice", "check_nonnegative", "check_positive", "check_finite_array", "check_real",
+           "numeric_value"]
 
 
 def check_choice(name: str, value, allowed: Iterable):
@@ -59,3 +60,48 @@ def is_number(value) -> bool:
         return math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
+
+
+def numeric_value(name: str, value):
+    """``float(value)`` for a real number (python, numpy scalar or 0-d array, or a
+    sympy expression without free symbols); ``None`` for a sympy expression with
+    free symbols (symbolic: nothing to check). ValueError for anything else
+    (complex numbers, strings, arrays of several values)."""
+    import sympy as sp
+
+    if isinstance(value, sp.Basic):
+        if value.free_symbols:
+            return None
+        v = complex(value.evalf(30)) if value.is_number else None
+        if v is None or v.imag != 0:
+            raise ValueError(f"{name} must be a real number or a sympy expression, got {value!r}")
+        return v.real
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    try:
+        arr = np.asarray(value)
+        if arr.ndim != 0 or arr.dtype.kind not in "iuf":
+            raise TypeError
+        return float(arr)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real number or a sympy expression, got {value!r}") from None
+
+
+def check_real(name: str, value, *, minimum=None, maximum=None, strict: bool = False):
+    """``value`` unchanged if it is symbolic, or a finite real number in range.
+
+    The range is [minimum, maximum] ((minimum, maximum] with ``strict``); the
+    ValueError names the argument and the allowed values.
+    """
+    v = numeric_value(name, value)
+    if v is None:
+        return value
+    lo = "" if minimum is None else (f" > {minimum:g}" if strict else f" >= {minimum:g}")
+    hi = "" if maximum is None else f" <= {maximum:g}"
+    allowed = "a finite real number" + (lo + (" and" if lo and hi else "") + hi if (lo or hi) else "")
+    bad = not math.isfinite(v)
+    bad |= minimum is not None and (v <= minimum if strict else v < minimum)
+    bad |= maximum is not None and v > maximum
+    if bad:
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    return value

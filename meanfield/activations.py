@@ -36,12 +36,14 @@ integration by parts written out in :meth:`Gelu.kernel` (cf. Tsuchida et al.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
 import sympy as sp
 
-from .gaussian import GaussianExpectation, GaussianExpectation2
+from ._validate import check_real, numeric_value
+from .gaussian import GaussianExpectation, GaussianExpectation2, numpy_function
 from .symbols import x
 
 __all__ = [
@@ -84,8 +86,21 @@ class Activation:
         return self.expr.subs(x, value)
 
     def numpy(self) -> Callable:
-        """A vectorised numpy function computing phi."""
-        return sp.lambdify(x, self.expr, modules=[{"erf": _np_erf}, "numpy", "scipy"])
+        """A vectorised float64 numpy function computing phi.
+
+        Overflowing intermediate values (softplus at x = 800) are recomputed
+        with mpmath: see :func:`meanfield.gaussian.numpy_function`.
+        """
+        return numpy_function(sp.Lambda(x, self.expr))
+
+    def __init_subclass__(cls, **kwargs):
+        # subclasses override the moment methods with closed forms: check their
+        # variance arguments too
+        super().__init_subclass__(**kwargs)
+        for name, wrap in _CHECKED_METHODS.items():
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "_checks_variances", False):
+                setattr(cls, name, wrap(method))
 
     # -- one-point moments --------------------------------------------------
     def second_moment(self, K):
@@ -119,10 +134,47 @@ class Activation:
         return f"Activation({self.name!r}, {self.expr})"
 
 
-def _np_erf(z):
-    from scipy.special import erf
+def _one_point(method):
+    """Check a numeric variance K (>= 0, finite) before computing a moment.
 
-    return erf(z)
+    Numbers are sympified, so integers and rationals give exact results."""
+    @functools.wraps(method)
+    def checked(self, K):
+        check_real("K", K, minimum=0)
+        return method(self, sp.sympify(K))
+
+    checked._checks_variances = True
+    return checked
+
+
+def _two_point(method):
+    """Check numeric K1, K2 (>= 0) and K12 (|K12| <= sqrt(K1 K2)) before a two-point moment."""
+    @functools.wraps(method)
+    def checked(self, K1, K2, K12):
+        check_real("K1", K1, minimum=0)
+        check_real("K2", K2, minimum=0)
+        check_real("K12", K12)
+        vals = [numeric_value(n, v) for n, v in (("K1", K1), ("K2", K2), ("K12", K12))]
+        if None not in vals and abs(vals[2]) > (vals[0] * vals[1]) ** 0.5 * (1 + 1e-12):
+            raise ValueError(f"K12 must satisfy |K12| <= sqrt(K1 K2) (a covariance), got K12={K12!r} "
+                             f"with K1={K1!r}, K2={K2!r}")
+        return method(self, *map(sp.sympify, (K1, K2, K12)))
+
+    checked._checks_variances = True
+    return checked
+
+
+_CHECKED_METHODS = {
+    "second_moment": _one_point,
+    "derivative_second_moment": _one_point,
+    "mean": _one_point,
+    "chi_delta_moment": _one_point,
+    "kernel": _two_point,
+    "derivative_kernel": _two_point,
+}
+for _name, _wrap in _CHECKED_METHODS.items():
+    setattr(Activation, _name, _wrap(Activation.__dict__[_name]))
+del _name, _wrap
 
 
 # ---------------------------------------------------------------------------

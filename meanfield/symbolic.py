@@ -24,10 +24,11 @@ import numpy as np
 import sympy as sp
 
 from . import symbols as S
+from ._validate import check_finite_array, check_nonnegative, check_positive, check_real
 from .calculus import Architecture, Signal, as_architecture
-from .gaussian import GaussianExpectation, GaussianExpectation2, expect, expect2
+from .gaussian import GaussianExpectation, GaussianExpectation2, expect, expect2, numpy_function
 
-__all__ = ["Recursion", "KernelSeries", "recursion", "lambdify"]
+__all__ = ["Recursion", "RecursionValues", "KernelSeries", "recursion", "lambdify"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,32 @@ class KernelSeries:
 
 
 @dataclass(frozen=True)
+class RecursionValues:
+    """Numeric values of a :class:`Recursion` (float64 arrays of one broadcast shape).
+
+    ``kernel12`` is None unless K12 was given to :meth:`Recursion.evaluate`.
+    """
+
+    kernel: np.ndarray
+    kernel12: np.ndarray | None
+    chi_J: np.ndarray
+    chi_K: np.ndarray
+    chi_Delta: np.ndarray
+
+
+_SUBS_NAMES = ("K", "K12", "sigma_w", "sigma_b", "mu", "eps")
+
+
+def _check_symbol_value(name: str, value):
+    if name in ("sigma_w", "sigma_b", "eps", "K"):
+        check_real(name, value, minimum=0)
+    elif name == "mu":
+        check_real(name, value, minimum=0, maximum=1)
+    elif name == "K12":
+        check_real(name, value)
+
+
+@dataclass(frozen=True)
 class Recursion:
     """Infinite-width recursions of one block, as sympy expressions.
 
@@ -98,9 +125,18 @@ class Recursion:
         return tuple(s for s in (S.sigma_w, S.sigma_b, S.mu, S.eps) if any(e.has(s) for e in exprs))
 
     def subs(self, values=None, **kw) -> "Recursion":
-        """Substitute parameters, by symbol or by name: ``rec.subs(mu=1)``."""
+        """Substitute parameters, by symbol or by name: ``rec.subs(mu=1)``.
+
+        Numeric values are checked: sigma_w, sigma_b, eps >= 0, mu in [0, 1],
+        K >= 0, all finite (ValueError naming the argument otherwise).
+        """
         values = dict(values or {})
-        values.update({getattr(S, k): v for k, v in kw.items()})
+        for k, v in kw.items():
+            if k not in _SUBS_NAMES:
+                raise ValueError(f"unknown recursion symbol {k!r}; allowed: {', '.join(_SUBS_NAMES)}")
+            values[getattr(S, k)] = v
+        for sym, v in values.items():
+            _check_symbol_value(str(sym), v)
         return Recursion(self.architecture, *(sp.sympify(e).subs(values) for e in
                                               (self.kernel, self.kernel12, self.chi_J, self.chi_K,
                                                self.chi_Delta)))
@@ -114,6 +150,9 @@ class Recursion:
         """
         if S.K12 in self.state:
             raise ValueError("series expansion is defined for one-input recursions; this block needs K12")
+        if not isinstance(order, (int, np.integer)) or isinstance(order, bool) or order < 1:
+            raise ValueError(f"order must be an integer >= 1, got {order!r}")
+        check_real("K_star", K_star, minimum=0)
         rec = self.subs(**params)
         K_star = sp.sympify(K_star)
         d = sp.Symbol("dK")
@@ -125,6 +164,66 @@ class Recursion:
             a.append(sp.simplify(sp.diff(F, d, n).subs(d, 0) / sp.factorial(n)))
             b.append(sp.simplify(sp.diff(X, d, n).subs(d, 0) / sp.factorial(n)))
         return KernelSeries(K_star, tuple(a), tuple(b))
+
+    # -- numbers --------------------------------------------------------------
+    def evaluate(self, K, sigma_w, sigma_b, K12=None, *, mu=None, eps=None) -> "RecursionValues":
+        """The recursions at numeric points, as float64 arrays (broadcasting).
+
+        Parameters
+        ----------
+        K : array_like
+            Kernel of the block input, finite and > 0.
+        sigma_w, sigma_b : array_like
+            Weight and bias scales, finite and >= 0.
+        K12 : array_like, optional
+            Cross-covariance of a second input of the same norm, |K12| <= K.
+            Required when the block needs it (BatchNorm, see :attr:`state`);
+            when given, :attr:`RecursionValues.kernel12` is computed too.
+        mu, eps : float, optional
+            Residual strength in [0, 1] and LayerScale >= 0; default: the
+            architecture's values.
+
+        Unevaluated Gaussian expectations (activations without closed forms)
+        are computed by the exp-sinh quadrature (:func:`lambdify`). The
+        compiled functions are cached on the Recursion.
+        """
+        Kv = check_positive("K", K)
+        sw = check_nonnegative("sigma_w", sigma_w)
+        sb = check_nonnegative("sigma_b", sigma_b)
+        if K12 is None:
+            if S.K12 in self.state:
+                raise ValueError(f"K12 is required: the recursion of {self.architecture} depends on the "
+                                 "cross-covariance K12 of two inputs (pass |K12| <= K)")
+            K12v = np.zeros(())
+        else:
+            K12v = check_finite_array("K12", K12)
+            with np.errstate(invalid="ignore"):
+                if np.any(np.abs(K12v) > Kv * (1 + 1e-12)):
+                    raise ValueError(f"K12 must satisfy |K12| <= K (two inputs of the same norm), got {K12!r}")
+        params = self.architecture.parameters()
+        muv = params.get(S.mu, np.nan) if mu is None else mu
+        epsv = params.get(S.eps, np.nan) if eps is None else eps
+        exprs = (self.kernel, self.kernel12, self.chi_J, self.chi_K, self.chi_Delta)
+        if mu is not None or any(e.has(S.mu) for e in exprs):
+            if np.isnan(muv):
+                raise ValueError(f"mu is required: {self.architecture} has no residual strength set")
+            muv = check_nonnegative("mu", muv)
+            if np.any(muv > 1):
+                raise ValueError(f"mu must be a number in [0, 1], got {mu!r}")
+        if eps is not None or any(e.has(S.eps) for e in exprs):
+            if np.isnan(epsv):
+                raise ValueError(f"eps is required: {self.architecture} has no LayerScale set")
+            epsv = check_nonnegative("eps", epsv)
+        f = self.__dict__.get("_compiled")
+        if f is None:
+            f = lambdify(("K", "K12", "sigma_w", "sigma_b", "mu", "eps"), list(exprs))
+            object.__setattr__(self, "_compiled", f)
+        with np.errstate(divide="ignore"):
+            vals = f(Kv, K12v, sw, sb, muv, epsv)
+        shape = np.broadcast_shapes(*(np.shape(a) for a in (Kv, K12v, sw, sb, muv, epsv)))
+        kernel, kernel12, chi_J, chi_K, chi_Delta = (
+            np.array(np.broadcast_to(np.asarray(v, dtype=np.float64), shape)) for v in vals)
+        return RecursionValues(kernel, None if K12 is None else kernel12, chi_J, chi_K, chi_Delta)
 
     # -- display --------------------------------------------------------------
     def latex(self) -> str:
@@ -175,26 +274,52 @@ def recursion(arch=None, **kwargs) -> Recursion:
 # ---------------------------------------------------------------------------
 # Numeric evaluation.
 # ---------------------------------------------------------------------------
-def _numeric_expect(f, K):
-    return expect(f, K)
+def _numeric_expectations(exprs):
+    """Replace every Gaussian expectation in ``exprs`` by a call to a numeric function.
 
+    Returns (exprs', namespace): each distinct ``GaussianExpectation(Lambda, K)``
+    becomes ``_mf_E<i>(K)`` (and two-point ones ``_mf_E<i>(K1, K2, K12)``),
+    and ``namespace`` maps those names to the exp-sinh quadrature of
+    :func:`meanfield.gaussian.expect` / :func:`~meanfield.gaussian.expect2`
+    of the integrand, compiled once by :func:`~meanfield.gaussian.numpy_function`.
+    Nested expectations (an expectation whose variance contains another) are
+    replaced inside out.
+    """
+    namespace = {}
+    names = {}
 
-def _numeric_expect2(f, K1, K2, K12):
-    return expect2(f, K1, K2, K12)
+    def numeric(node):
+        lam, *kargs = node.args
+        key = (type(node), lam)
+        if key not in names:
+            extra = lam.expr.free_symbols - set(lam.variables)
+            if extra:
+                raise ValueError(f"cannot evaluate {node}: its integrand depends on {sorted(map(str, extra))}")
+            name = f"_mf_E{len(names)}"
+            g = numpy_function(lam)
+            if isinstance(node, GaussianExpectation2):
+                namespace[name] = lambda K1, K2, K12, g=g: expect2(g, K1, K2, K12)
+            else:
+                namespace[name] = lambda K, g=g: expect(g, K)
+            names[key] = sp.Function(name)
+        return names[key](*kargs)
 
+    def is_expectation(e):
+        return isinstance(e, (GaussianExpectation, GaussianExpectation2))
 
-_NUMPY_MODULES = [
-    {"GaussianExpectation": _numeric_expect, "GaussianExpectation2": _numeric_expect2},
-    "numpy",
-    "scipy",
-]
+    out = [sp.sympify(e).replace(is_expectation, numeric) for e in exprs]
+    return out, namespace
 
 
 def lambdify(args, expr):
     """A numpy function of ``args`` computing ``expr`` (float64, broadcasting).
 
     Unevaluated Gaussian expectations become calls to the exp-sinh quadrature
-    of :mod:`meanfield.gaussian`. ``args`` are symbols or their names.
+    of :mod:`meanfield.gaussian`. ``args`` are symbols or their names;
+    ``expr`` may be one expression or a list/tuple of them (the function then
+    returns a list).
     """
     args = [getattr(S, a) if isinstance(a, str) else a for a in args]
-    return sp.lambdify(args, expr, modules=_NUMPY_MODULES)
+    several = isinstance(expr, (list, tuple))
+    exprs, namespace = _numeric_expectations(list(expr) if several else [expr])
+    return sp.lambdify(args, exprs if several else exprs[0], modules=[namespace, "numpy", "scipy"])
