@@ -41,16 +41,16 @@ def check_finite_array(name: str, value) -> np.ndarray:
 
 def check_nonnegative(name: str, value) -> np.ndarray:
     """float64 array of ``value``; ValueError unless every entry is finite and >= 0."""
-    arr = check_finite_array(name, value)
-    if np.any(arr < 0):
+    arr = _as_float_array(name, value)
+    if not np.all(np.isfinite(arr) & (arr >= 0)):
         raise ValueError(f"{name} must be >= 0 (and finite), got {value!r}")
     return arr
 
 
 def check_positive(name: str, value) -> np.ndarray:
     """float64 array of ``value``; ValueError unless every entry is finite and > 0."""
-    arr = check_finite_array(name, value)
-    if np.any(arr <= 0):
+    arr = _as_float_array(name, value)
+    if not np.all(np.isfinite(arr) & (arr > 0)):
         raise ValueError(f"{name} must be > 0 (and finite), got {value!r}")
     return arr
 

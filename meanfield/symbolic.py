@@ -227,13 +227,15 @@ class Recursion:
 
     # -- display --------------------------------------------------------------
     def latex(self) -> str:
-        """The recursions as a LaTeX ``aligned`` block."""
-        lines = [
-            r"\mathcal{K}^{l+1} &= " + sp.latex(self.kernel.subs(S.K, sp.Symbol(r"\mathcal{K}^{l}"))),
-            r"\chi_{\mathcal{J}}^{l} &= " + sp.latex(self.chi_J.subs(S.K, sp.Symbol(r"\mathcal{K}^{l}"))),
-        ]
+        """The recursions as a LaTeX ``aligned`` block (K^l as \\mathcal{K}^{l}, eps as \\epsilon)."""
+        names = {S.K: r"\mathcal{K}^{l}", S.K12: r"\mathcal{K}_{12}^{l}", S.eps: r"\epsilon"}
+
+        def tex(e):
+            return sp.latex(e, symbol_names=names)
+
+        lines = [r"\mathcal{K}^{l+1} &= " + tex(self.kernel), r"\chi_{\mathcal{J}}^{l} &= " + tex(self.chi_J)]
         if S.K12 in self.state:
-            lines.insert(1, r"\mathcal{K}_{12}^{l+1} &= " + sp.latex(self.kernel12))
+            lines.insert(1, r"\mathcal{K}_{12}^{l+1} &= " + tex(self.kernel12))
         return r"\begin{aligned}" + r" \\ ".join(lines) + r"\end{aligned}"
 
     def _repr_latex_(self):
