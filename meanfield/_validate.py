@@ -56,6 +56,9 @@ def check_positive(name: str, value) -> np.ndarray:
 
 
 def is_number(value) -> bool:
+    """True for a finite real number (not a bool)."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
     try:
         return math.isfinite(float(value))
     except (TypeError, ValueError):
@@ -72,10 +75,10 @@ def numeric_value(name: str, value):
     if isinstance(value, sp.Basic):
         if value.free_symbols:
             return None
-        v = complex(value.evalf(30)) if value.is_number else None
-        if v is None or v.imag != 0:
-            raise ValueError(f"{name} must be a real number or a sympy expression, got {value!r}")
-        return v.real
+        try:
+            return float(value)  # nan, +-inf included (rejected by the range checks)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a real number or a sympy expression, got {value!r}") from None
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be a real number, got {value!r}")
     try:

@@ -45,10 +45,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Tuple
 
+import numpy as np
 import sympy as sp
 
 from . import symbols as S
-from ._validate import check_choice, is_number
+from ._validate import check_choice, check_real, is_number
 from .activations import Activation, activation as _make_activation
 
 __all__ = [
@@ -128,6 +129,10 @@ class Dense(Primitive):
     sigma_w: sp.Expr = S.sigma_w
     sigma_b: sp.Expr = S.sigma_b
     axis: str = "features"
+
+    def __post_init__(self):
+        check_real("sigma_w", self.sigma_w, minimum=0)
+        check_real("sigma_b", self.sigma_b, minimum=0)
 
     def forward(self, s):
         return Signal(self.sigma_w**2 * s.K + self.sigma_b**2, self.sigma_w**2 * s.K12 + self.sigma_b**2)
@@ -211,6 +216,9 @@ class Scale(Primitive):
     """Multiplication by a scalar eps (LayerScale at initialisation, branch multipliers)."""
 
     eps: sp.Expr = S.eps
+
+    def __post_init__(self):
+        check_real("eps", self.eps)
 
     def forward(self, s):
         return Signal(self.eps**2 * s.K, self.eps**2 * s.K12, self.eps * s.mean, s.gaussian)
@@ -417,8 +425,9 @@ class Architecture:
         if not is_number(self.eps) or float(self.eps) < 0:
             raise ValueError(f"eps must be a finite number >= 0, got {self.eps!r}")
         object.__setattr__(self, "eps", float(self.eps))
-        if not isinstance(self.stages, int) or self.stages < 1:
+        if not isinstance(self.stages, (int, np.integer)) or isinstance(self.stages, bool) or self.stages < 1:
             raise ValueError(f"stages must be an integer >= 1, got {self.stages!r}")
+        object.__setattr__(self, "stages", int(self.stages))
         if self.block != "mlp" and self.norm != "none":
             raise ValueError(f"norm={self.norm!r} applies to block='mlp' only; "
                              f"block={self.block!r} fixes its own normalisation")
