@@ -210,8 +210,10 @@ def fixed_point1(fns, K0, Q, W, T, mu, eps, maxiter):
         if sp_ <= 0.0:
             # the first sign change lies in (a, p]
             if d > 0.0:
-                return _brent(0, a, p, ga, gp, fns, Q, W, T, mu, eps), ST_OK
-            return _brent(0, p, a, gp, ga, fns, Q, W, T, mu, eps), ST_OK
+                r = _brent(0, a, p, ga, gp, fns, Q, W, T, mu, eps)
+            else:
+                r = _brent(0, p, a, gp, ga, fns, Q, W, T, mu, eps)
+            return _earlier_root(fns, a, r, d, Q, W, T, mu, eps), ST_OK
         sa = d * ga
         if have_prev and sa < s_prev and sa <= sp_:
             # d*g dips around a: does it reach zero between p_prev and p?
@@ -229,6 +231,47 @@ def fixed_point1(fns, K0, Q, W, T, mu, eps, maxiter):
         a, ga = p, gp
         step *= 2.0 if it < 30 else 4.0
     return a, ST_MAXITER
+
+
+@njit(**_JIT)
+def _earlier_root(fns, a, r, d, Q, W, T, mu, eps):
+    """Guard a bracketed root r against an earlier one between a and r.
+
+    A long march step can pass a place where d*g dips to zero without
+    changing sign (a tangent, half-stable fixed point, which iteration from
+    a would converge to) or crosses zero twice. 16 samples between a and r
+    (log-spaced when the interval spans a decade) look for a sign change or
+    a dip, which is then resolved by Brent or golden section.
+    """
+    n = 16
+    lo, hi = min(a, r), max(a, r)
+    logs = lo > 0.0 and hi > 10.0 * lo
+    x_prev, s_prev = a, d * g1(fns, a, Q, W, T, mu, eps)
+    x_pp, s_pp = x_prev, math.inf
+    for i in range(1, n):
+        f = i / n
+        if logs:
+            x = a * math.exp(f * math.log(r / a))
+        else:
+            x = a + f * (r - a)
+        s = d * g1(fns, x, Q, W, T, mu, eps)
+        if not _isfinite(s):
+            return r
+        if s <= 0.0:
+            if d > 0.0:
+                return _brent(0, x_prev, x, d * s_prev, d * s, fns, Q, W, T, mu, eps)
+            return _brent(0, x, x_prev, d * s, d * s_prev, fns, Q, W, T, mu, eps)
+        if s_prev < s_pp and s_prev <= s:
+            xm, fm = _min_dg(fns, min(x_pp, x), max(x_pp, x), d, Q, W, T, mu, eps)
+            if fm <= 0.0:
+                if d > 0.0:
+                    return _brent(0, x_pp, xm, d * s_pp, d * fm, fns, Q, W, T, mu, eps)
+                return _brent(0, xm, x_pp, d * fm, d * s_pp, fns, Q, W, T, mu, eps)
+            if fm <= 16.0 * _EPS * max(abs(xm), 1.0):
+                return xm
+        x_pp, s_pp = x_prev, s_prev
+        x_prev, s_prev = x, s
+    return r
 
 
 @njit(**_JIT)
@@ -560,8 +603,8 @@ def line_robust(fns, pair, mode, fixed, mu, eps):
         if not _isfinite(h):
             v_prev, h_prev = math.nan, math.nan
             continue
-        if h == 0.0:
-            return v, ST_OK
+        if h == 0.0 or (v == 0.0 and abs(h) <= 64.0 * _EPS):
+            return v, ST_OK   # (zero within rounding at v = 0: the line ends on the axis)
         if _isfinite(h_prev) and (h > 0.0) != (h_prev > 0.0):
             r = _illinois(0, v_prev, v, h_prev, h, fns, pair, mode, fixed, mu, eps)
             hr = h_line(fns, pair, mode, r, fixed, mu, eps)

@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import sympy as sp
+from sympy.core.function import AppliedUndef
 from sympy.printing.pycode import PythonCodePrinter
 
 from . import symbols as S
@@ -138,14 +139,27 @@ class _Gen:
 
     def _body(self, name, variables, expr):
         sub = {v: sp.Symbol(f"_v{i}") for i, v in enumerate(variables)}
-        code = self.printer.doprint(sp.sympify(expr).subs(sub))
-        self._check(code, expr)
+        code = self.doprint(sp.sympify(expr).subs(sub))
         self.lines += [f"@{_JIT}", f"def {name}({', '.join(str(s) for s in sub.values())}):",
                        f"    return {code}", ""]
 
     def _check(self, code, expr):
         if "# Not supported" in code or "Not supported in Python" in code:
             raise ValueError(f"cannot compile {expr} to numba: the printer does not support it ({code!r})")
+
+    def doprint(self, expr) -> str:
+        """Python/math source of ``expr``; ValueError for anything numba cannot run."""
+        unknown = [f for f in expr.atoms(AppliedUndef) if not f.func.__name__.startswith(("_E1_", "_E2_"))]
+        if unknown or expr.has(sp.Derivative, sp.Integral):
+            bad = unknown or list(expr.atoms(sp.Derivative, sp.Integral))
+            raise ValueError(f"cannot compile {expr} to numba: undefined or unevaluated {bad[0]} "
+                             "(activations must be explicit functions of one variable)")
+        try:
+            code = self.printer.doprint(expr)
+        except Exception as err:  # sympy printer errors have no common base class
+            raise ValueError(f"cannot compile {expr} to numba: {err}") from None
+        self._check(code, expr)
+        return code
 
     def quad1(self, f: sp.Lambda) -> str:
         key = sp.srepr(f)
@@ -213,11 +227,8 @@ class _Gen:
         params = ", ".join(str(a) for a in ARGS)
         out = [f"@{_CFUNC}", f"def {name}({params}):"]
         for sym, sub in replacements:
-            code = self.printer.doprint(sub)
-            self._check(code, sub)
-            out.append(f"    {sym} = {code}")
-        code = self.printer.doprint(reduced)
-        self._check(code, reduced)
+            out.append(f"    {sym} = {self.doprint(sub)}")
+        code = self.doprint(reduced)
         out += [f"    return {code}", ""]
         self.lines += out
 

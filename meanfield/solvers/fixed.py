@@ -53,7 +53,8 @@ def _initial(K0, K12_0, W, T):
     else:
         K0 = check_nonnegative("K0", K0)
     if K12_0 is None:
-        K12_0 = T
+        # orthogonal inputs: K12^1 = sigma_b^2 (at most K^1, for a K0 below sigma_b^2)
+        K12_0 = np.minimum(T, K0)
     else:
         K12_0 = np.asarray(K12_0, dtype=np.float64)
         if not np.all(np.isfinite(K12_0)):

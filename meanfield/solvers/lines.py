@@ -303,11 +303,21 @@ def fixed_points(arch=None, sigma_w=1.0, sigma_b=0.0, K_max=1e10, _known=(), **a
     result = []
     sides = []
     for r in roots:
-        d = max(abs(r) * 1e-7, 1e-12)
-        gb = gval(r - d) if r - d >= 0 else 0.0
-        ga = gval(r + d)
-        gb = 0.0 if abs(gb) <= 1e-300 else gb
-        ga = 0.0 if abs(ga) <= 1e-300 else ga
+        # signs of g just below and above r from its local expansion (sampling
+        # next to a tangent root only sees rounding): g ~ (chi_K - 1) dK, or
+        # g ~ g''/2 dK^2 where chi_K = 1
+        slope = float(_expr(comp, KN.CHI_K, r, W, T)[0]) - 1.0
+        if abs(slope) > 1e-9:
+            gb, ga = -slope, slope
+        else:
+            curv = float(_expr(comp, KN.DC_DK, r, W, T)[0])
+            if abs(curv) > 1e-14:
+                gb = ga = curv
+            else:
+                d = max(abs(r) * 1e-3, 1e-9)
+                gb, ga = (gval(r - d) if r - d >= 0 else 0.0), gval(r + d)
+        if r == 0.0:
+            gb = 0.0
         sides.append((gb, ga))
     diverges_above = (gval(roots[-1] * (1 + 1e-6) + 1e-9) > 0) if roots else (g[-1] > 0)
     for i, r in enumerate(roots):
