@@ -850,3 +850,53 @@ def expr_grid(fns, which, K, Q, W, T, mu, eps, out):
     """fns[which] evaluated elementwise over flat arrays K, Q, W, T."""
     for i in range(K.shape[0]):
         out[i] = fns[which](K[i], Q[i], W[i], T[i], mu, eps)
+
+
+@njit(**_JIT)
+def line_from_table(fns, Wq, Ks, Wt, Tt, St, mu, eps, outv, outK, outS):
+    """Critical line at each sigma_w^2 in Wq from the parametric table (Ks, Wt, Tt).
+
+    Every point of the line is (W(K*), T(K*)) for its fixed point K*, so the
+    candidates at a given W are the roots of W(K) - W along the table
+    (which must include the turning points of W(K)); each is polished by
+    Newton and kept if sigma_b^2 >= 0, the fixed point is stable and the
+    unit-norm input reaches it. The smallest sigma_b^2 wins (the first
+    crossing of chi_J* = 1 from sigma_b = 0). One-input states only.
+    """
+    n = Ks.shape[0]
+    for i in range(Wq.shape[0]):
+        W = Wq[i]
+        best_T, best_K = math.inf, math.nan
+        for j in range(n - 1):
+            if St[j] != ST_OK or St[j + 1] != ST_OK:
+                continue
+            a, b = Wt[j] - W, Wt[j + 1] - W
+            if abs(a) <= 8.0 * _EPS * W:
+                a = 0.0       # equal within rounding (the line's end on the sigma_b = 0 axis)
+            if abs(b) <= 8.0 * _EPS * W:
+                b = 0.0
+            if a == 0.0 and j > 0:
+                continue   # counted as the right end of the previous cell
+            if (a > 0.0 and b > 0.0) or (a < 0.0 and b < 0.0):
+                continue
+            f = 0.0 if a == b else a / (a - b)
+            K = Ks[j] + f * (Ks[j + 1] - Ks[j])
+            T = Tt[j] + f * (Tt[j + 1] - Tt[j])
+            K1, W1, T1, ok = newton_line(fns, 0, K, W, T, mu, eps)
+            if not ok:
+                continue
+            if not (T1 >= -1e-14 * max(1.0, K1)):
+                continue
+            T1 = max(T1, 0.0)
+            if T1 >= best_T:
+                continue
+            if fns[CHI_K](K1, 0.0, W, T1, mu, eps) > 1.0 + 1e-9:
+                continue
+            Kr, Q, st, Kf, Qf = reached(fns, False, W, T1, mu, eps)
+            if st != ST_OK or abs(Kr - K1) > 1e-9 * max(1.0, K1):
+                continue
+            best_T, best_K = T1, K1
+        if best_T < math.inf:
+            outv[i], outK[i], outS[i] = best_T, best_K, ST_OK
+        else:
+            outv[i], outK[i], outS[i] = math.nan, math.nan, ST_NOLINE

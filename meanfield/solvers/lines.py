@@ -161,7 +161,19 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
     fixed = np.ascontiguousarray(flat[order] ** 2)
     outv, outK = np.empty(fixed.size), np.empty(fixed.size)
     outS = np.empty(fixed.size, dtype=np.int64)
-    comp.call("critical_line_many", mode, fixed, comp.mu, comp.eps, outv, outK, outS)
+    table = _line_table(arch) if (mode == 0 and not comp.pair) else None
+    if table is not None:
+        comp.call("line_from_table", fixed, *table, comp.mu, comp.eps, outv, outK, outS)
+        # beyond the table's range of W: the direct scan over sigma_b
+        Wt = table[1][table[3] == ST_OK]
+        out = (outS != ST_OK) & ((fixed < Wt.min()) | (fixed > Wt.max()))
+        if out.any():
+            idx = np.flatnonzero(out)
+            v, k, st = np.empty(idx.size), np.empty(idx.size), np.empty(idx.size, dtype=np.int64)
+            comp.call("critical_line_many", 0, np.ascontiguousarray(fixed[idx]), comp.mu, comp.eps, v, k, st)
+            outv[idx], outK[idx], outS[idx] = v, k, st
+    else:
+        comp.call("critical_line_many", mode, fixed, comp.mu, comp.eps, outv, outK, outS)
     solved = np.full(flat.size, np.nan)
     ok = outS == ST_OK
     solved[order[ok]] = np.sqrt(np.maximum(outv[ok], 0.0))
@@ -178,6 +190,45 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
         chiK[good] = st.chi_K
     return CriticalLine(arch, sw.reshape(shape), sb.reshape(shape), K.reshape(shape), chiK.reshape(shape),
                         good.reshape(shape), "sigma_b" if mode == 0 else "sigma_w")
+
+
+@lru_cache(maxsize=64)
+def _line_table(arch: Architecture):
+    """The parametric line K* -> (W, T) on a log grid with the turning points of W(K) inserted.
+
+    None when the parametric solve fails inside the grid (then lines are
+    found by the direct scan over sigma_b instead).
+    """
+    comp = prepare(arch, {})[1]
+    Ks = np.concatenate([[0.0], np.logspace(-8, 12, 2001)])
+
+    def solve(K):
+        W, T, S = np.empty(K.size), np.empty(K.size), np.empty(K.size, dtype=np.int64)
+        comp.call("parametric_many", np.ascontiguousarray(K), comp.mu, comp.eps, W, T, S)
+        return W, T, S
+
+    W, T, S = solve(Ks)
+    ok = S == ST_OK
+    if not ok.any():
+        return None
+    first, last = np.flatnonzero(ok)[[0, -1]]
+    if not ok[first:last + 1].all():
+        return None
+    # turning points of W(K): two roots of W(K) = W can share a grid cell there
+    from scipy.optimize import minimize_scalar
+
+    extra = []
+    for j in range(first + 1, last):
+        dl, dr = W[j] - W[j - 1], W[j + 1] - W[j]
+        if dl * dr < 0:
+            sgn = 1.0 if dl < 0 else -1.0   # minimum: minimise W; maximum: minimise -W
+            res = minimize_scalar(lambda k: sgn * solve(np.array([k]))[0][0], bounds=(Ks[j - 1], Ks[j + 1]),
+                                  method="bounded", options={"xatol": 1e-12 * Ks[j + 1]})
+            extra.append(float(res.x))
+    if extra:
+        Ks = np.unique(np.concatenate([Ks, extra]))
+        W, T, S = solve(Ks)
+    return np.ascontiguousarray(Ks), W, T, S
 
 
 def _parametric(arch, comp, K_star, regime):
