@@ -98,8 +98,8 @@ def _seed_for(seed: int, *key: int) -> int:
 # Inputs.
 # ---------------------------------------------------------------------------
 def make_inputs(batch: int, tokens: int, input_dim: int, correlation: float = 0.0, seed: int = 0,
-                device="cpu", dtype=torch.float64):
-    """Inputs x of shape (batch, tokens, input_dim) with |x_bt|^2 / N0 = 1.
+                device="cpu", dtype=torch.float64, norm: float = 1.0):
+    """Inputs x of shape (batch, tokens, input_dim) with |x_bt|^2 / N0 = ``norm`` (default 1).
 
     Overlaps x_bt . x_b't / N0 between different inputs (same token) are
     exactly ``correlation`` when batch * tokens + tokens <= input_dim
@@ -120,8 +120,9 @@ def make_inputs(batch: int, tokens: int, input_dim: int, correlation: float = 0.
     else:
         x = torch.randn(batch, tokens, input_dim, generator=gen, dtype=torch.float64)
         x = x * (math.sqrt(input_dim) / x.norm(dim=-1, keepdim=True))
+    x = x * math.sqrt(norm)
     if batch >= 2:
-        gram = torch.einsum("btn,ctn->tbc", x, x) / input_dim
+        gram = torch.einsum("btn,ctn->tbc", x, x) / (input_dim * norm)
         off = ~torch.eye(batch, dtype=torch.bool)
         overlap = float(gram[:, off].mean())
     else:
@@ -153,6 +154,7 @@ class MonteCarloResult:
     tokens: int
     input_dim: int
     input_overlap: float
+    input_norm: float
     l0: int
     estimator: str
     n_probes: int
@@ -176,7 +178,8 @@ class MonteCarloResult:
 
     def to_dict(self, samples: bool = False) -> dict:
         out = {k: getattr(self, k) for k in ("sigma_w", "sigma_b", "depth", "width", "n_init", "batch",
-                                              "tokens", "input_dim", "input_overlap", "l0", "estimator",
+                                              "tokens", "input_dim", "input_overlap", "input_norm", "l0",
+                                              "estimator",
                                               "n_probes", "device", "dtype", "seed", "seconds")}
         out["architecture"] = str(self.architecture)
         for k in ("K", "K_se", "K12", "K12_se", "chi_J", "chi_J_se", "J", "J_se"):
@@ -265,7 +268,7 @@ def _kernels(h: torch.Tensor):
 
 
 def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, estimator="hutchinson",
-         n_probes=1, l0=1, input_dim=None, tokens=None, input_correlation=0.0, chi_layers=None,
+         n_probes=1, l0=1, input_dim=None, tokens=None, input_correlation=0.0, input_norm=1.0, chi_layers=None,
          track_J=True, track_K=True, init_chunk=None, progress=None):
     """Core pass. sw, sb: 1-d arrays of length P (paired). Returns per-init arrays."""
     exact = estimator == "exact"
@@ -275,7 +278,7 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
     coupled = arch.norm == "bn"
     B = batch
     N0 = input_dim or max(width, B * T + T)
-    x, overlap = make_inputs(B, T, N0, input_correlation, seed, device, dtype)
+    x, overlap = make_inputs(B, T, N0, input_correlation, seed, device, dtype, input_norm)
     P = len(sw)
     params = {"sigma_w": sw, "sigma_b": sb, "mu": arch.mu if arch.mu is not None else 0.0, "eps": arch.eps}
     chi_layers = set(range(1, depth)) if chi_layers is None else set(chi_layers)
@@ -352,6 +355,16 @@ def _mean_se(a: np.ndarray, axis: int = 0):
         return a.mean(axis), a.std(axis, ddof=1) / math.sqrt(n)
 
 
+def _positive(name, value):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return v
+
+
 def _validate_common(arch, depth, width, n_init, batch, device, dtype, seed, kwargs):
     arch = as_architecture(arch)
     depth = _check_int("depth", depth, 2)
@@ -377,7 +390,7 @@ def _validate_common(arch, depth, width, n_init, batch, device, dtype, seed, kwa
 
 def monte_carlo(arch, sigma_w=1.0, sigma_b=0.0, depth=10, width=256, n_init=32, batch=1, device=None,
                 seed=0, dtype=torch.float64, *, estimator="hutchinson", n_probes=1, l0=1, input_dim=None,
-                tokens=None, input_correlation=0.0, init_chunk=None) -> MonteCarloResult:
+                tokens=None, input_correlation=0.0, input_norm=1.0, init_chunk=None) -> MonteCarloResult:
     """Measure K^l, J^{l,l+1} and J^{l0,l} on ``n_init`` random networks of ``arch``.
 
     Parameters
@@ -412,7 +425,10 @@ def monte_carlo(arch, sigma_w=1.0, sigma_b=0.0, depth=10, width=256, n_init=32, 
     tokens : int, optional
         Tokens (patches) for block='resmlp'/'mixer'; default = width.
     input_correlation : float
-        Overlap rho of different inputs (K12^1 = sigma_w^2 rho + sigma_b^2).
+        Overlap rho of different inputs (K12^1 = sigma_w^2 q rho + sigma_b^2).
+    input_norm : float
+        q = |x|^2 / N0 of every input (K^1 = sigma_w^2 q + sigma_b^2); raise it
+        to start above a fixed point (GELU's second critical point).
     init_chunk : int, optional
         Initialisations per pass (memory); results do not depend on it.
 
@@ -431,7 +447,8 @@ def monte_carlo(arch, sigma_w=1.0, sigma_b=0.0, depth=10, width=256, n_init=32, 
     t0 = time.perf_counter()
     raw = _run(arch, np.array([sw]), np.array([sb]), depth, width, n_init, batch, dev, seed, dtype,
                estimator=estimator, n_probes=n_probes, l0=l0, input_dim=input_dim, tokens=tokens,
-               input_correlation=float(input_correlation), init_chunk=init_chunk)
+               input_correlation=float(input_correlation), input_norm=_positive("input_norm", input_norm),
+               init_chunk=init_chunk)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     seconds = time.perf_counter() - t0
@@ -441,7 +458,7 @@ def monte_carlo(arch, sigma_w=1.0, sigma_b=0.0, depth=10, width=256, n_init=32, 
     J, J_se = _mean_se(raw["J"][:, 0])
     J_se[l0 - 1] = 0.0
     return MonteCarloResult(arch, sw, sb, depth, width, n_init, batch, raw["tokens"], raw["input_dim"],
-                            raw["overlap"], l0, estimator, n_probes, str(dev), str(dtype).replace("torch.", ""),
+                            raw["overlap"], float(input_norm), l0, estimator, n_probes, str(dev), str(dtype).replace("torch.", ""),
                             seed, K, K_se, K12, K12_se, chi, chi_se, J, J_se, seconds,
                             samples={"K": raw["K"][:, 0], "K12": raw["K12"][:, 0], "chi_J": raw["chi"][:, 0],
                                      "J": raw["J"][:, 0]})

@@ -1,0 +1,773 @@
+r"""The verification suite: Monte Carlo on real networks against the infinite-width theory.
+
+Case lists live in the top-level ``verification/`` folder
+(``cases_quick.json`` for CI on a CPU, ``cases_full.json`` for a GPU). Each
+case names an architecture, hyperparameters and a *kind* of comparison;
+:func:`run_suite` runs the cases, saves each finished case at once (an
+interrupted run resumes without redoing or losing it), and writes
+``results.json``, ``report.md`` and ``plots/*.png``.
+
+Pass rule (every compared point of a case must satisfy it)::
+
+    |MC - theory| <= z * SE + c * (l / width) * |theory|   (+ c_B / batch * |theory| with BatchNorm)
+
+SE is the standard error over initialisations, z = 4 (a 4-sigma statistical
+band) and c = 2 unless a case states otherwise. The second term is the
+finite-width allowance: the theory is the N -> infinity limit, and a
+quantity measured at layer l has passed through l layers of width N, each
+contributing an O(1/N) relative correction (J^{1,l} is a product of l
+factors with O(1/N) biases; K^l inherits them through the kernel map).
+BatchNorm's theory is also the |B| -> infinity limit, hence the O(1/|B|)
+term. Slopes of log-log fits get the allowance c * l_max / width (the
+derivative of a relative error c l / N with respect to log l).
+
+A case may declare ``"expected": "fail"`` with a ``reason`` when the theory
+it tests is known to be incomplete; it then reports ``xfail`` (failed as
+expected) or ``xpass``. Only ``fail`` (and ``error``) count against the
+suite.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..calculus import Architecture
+from ._theory import theory_profile
+from .montecarlo import monte_carlo, phase_diagram, resolve_device
+
+__all__ = ["run_suite", "load_cases", "default_cases_path", "hardware_description", "KINDS"]
+
+SUITE_VERSION = 2
+DEFAULT_Z = 4.0
+DEFAULT_C = 2.0
+
+
+# ---------------------------------------------------------------------------
+# Case files.
+# ---------------------------------------------------------------------------
+def default_cases_path(quick: bool = True) -> Path:
+    """verification/cases_{quick,full}.json of the source tree (or of the working directory)."""
+    name = "cases_quick.json" if quick else "cases_full.json"
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
+        p = root / "verification" / name
+        if p.exists():
+            return p
+    raise FileNotFoundError(f"verification/{name} not found next to the package or in {Path.cwd()}; "
+                            "pass the case list explicitly (--cases FILE)")
+
+
+def load_cases(path=None, quick: bool = True) -> list:
+    """The list of case dicts from a JSON file ({"cases": [...]} or a bare list)."""
+    path = Path(path) if path is not None else default_cases_path(quick)
+    data = json.loads(path.read_text())
+    cases = data["cases"] if isinstance(data, dict) else data
+    ids = [c["id"] for c in cases]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        raise ValueError(f"duplicate case ids in {path}: {sorted(dup)}")
+    return cases
+
+
+def _arch(spec: dict) -> Architecture:
+    spec = dict(spec)
+    params = tuple(sorted((k, spec.pop(k)) for k in ("negative_slope", "a_plus", "a_minus") if k in spec))
+    return Architecture(activation_params=params, **spec)
+
+
+# ---------------------------------------------------------------------------
+# Comparison helpers.
+# ---------------------------------------------------------------------------
+def _tol(case):
+    t = case.get("tolerance", {})
+    return float(t.get("z", DEFAULT_Z)), float(t.get("c", DEFAULT_C))
+
+
+def _compare(mc, se, th, layers, width, z, c, batch=None, bn=False):
+    """Per-point check; returns dict with arrays and the worst offender."""
+    mc, se, th, layers = (np.asarray(a, float) for a in (mc, se, th, layers))
+    allow = c * layers / width * np.abs(th)
+    if bn and batch:
+        allow = allow + c / batch * np.abs(th)
+    tol = z * se + allow
+    dev = np.abs(mc - th)
+    valid = np.isfinite(mc) & np.isfinite(th)
+    ok = (dev <= tol) | ~valid
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zscore = np.where(se > 0, (mc - th) / se, np.inf * np.sign(mc - th))
+        rel = np.where(th != 0, (mc - th) / np.abs(th), np.nan)
+    bad = np.where(~ok)[0]
+    worst = int(bad[np.argmax((dev - tol)[bad])]) if bad.size else (int(np.nanargmax(np.abs(rel))) if np.any(np.isfinite(rel)) else 0)
+    return {"ok": ok, "tol": tol, "zscore": zscore, "rel": rel, "worst": worst, "n_bad": int(bad.size),
+            "n": int(valid.sum())}
+
+
+def _fmt(x, digits=4):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "nan"
+    return f"{x:.{digits}g}"
+
+
+def _jl(a):
+    a = np.asarray(a, dtype=float)
+    if a.ndim == 0:
+        return None if not np.isfinite(a) else float(a)
+    return [_jl(v) for v in a]
+
+
+def _common_mc_kwargs(case, device, dtype):
+    kw = dict(depth=int(case["depth"]), width=int(case["width"]), n_init=int(case["n_init"]),
+              batch=int(case.get("batch", 1)), device=device, seed=int(case.get("seed", 0)), dtype=dtype)
+    for k in ("tokens", "input_dim", "n_probes", "input_correlation", "input_norm", "estimator"):
+        if k in case:
+            kw[k] = case[k]
+    return kw
+
+
+def _theory_for(arch, sw, sb, depth, r):
+    q = r.input_norm
+    K0 = sw**2 * q + sb**2
+    K12_0 = sw**2 * q * r.input_overlap + sb**2 if r.batch > 1 and np.isfinite(r.input_overlap) else sb**2
+    return theory_profile(arch, sw, sb, depth, K0=K0, K12_0=K12_0)
+
+
+def _params(case):
+    """(sigma_w, sigma_b), optionally from meanfield.critical_point (``"critical_point": index``)."""
+    if "critical_point" in case:
+        import meanfield as mf
+
+        pts = mf.critical_point(_arch(case["arch"])).points
+        p = pts[int(case["critical_point"])]
+        return float(p.sigma_w), float(p.sigma_b), p
+    return float(case["sigma_w"]), float(case["sigma_b"]), None
+
+
+# ---------------------------------------------------------------------------
+# Case kinds.
+# ---------------------------------------------------------------------------
+def _kind_profile(case, device, dtype):
+    arch = _arch(case["arch"])
+    sw, sb, cp = _params(case)
+    r = monte_carlo(arch, sw, sb, **_common_mc_kwargs(case, device, dtype))
+    th = _theory_for(arch, sw, sb, r.depth, r)
+    z, c = _tol(case)
+    layers = np.arange(1, r.depth + 1)
+    bn = arch.norm == "bn"
+    quantities = case.get("compare", ["K", "chi_J", "J"] + (["K12"] if bn else []))
+    out = {"sigma_w": sw, "sigma_b": sb, "theory_source": th["source"], "seconds_mc": r.seconds,
+           "input_overlap": r.input_overlap, "quantities": {}}
+    lines, ok_all = [], True
+    first = int(case.get("compare_from", 1))
+    for q in quantities:
+        mc, se = getattr(r, q), getattr(r, q + "_se")
+        t = th[q][: len(mc)]
+        ll = layers[: len(mc)]
+        cmp_ = _compare(mc, se, t, ll, r.width, z, c, r.batch, bn)
+        mask = ll >= first
+        cmp_["ok"] = cmp_["ok"] | ~mask
+        n_bad = int((~cmp_["ok"]).sum())
+        ok_all &= n_bad == 0
+        w = cmp_["worst"]
+        lines.append(f"{q}: {n_bad}/{int(mask.sum())} points outside the band; largest deviation at l={ll[w]}: "
+                     f"MC {_fmt(mc[w])} +- {_fmt(se[w], 2)} vs theory {_fmt(t[w])} "
+                     f"({_fmt(100 * cmp_['rel'][w], 3)}%, allowance {_fmt(cmp_['tol'][w], 2)})")
+        out["quantities"][q] = {"layers": _jl(ll), "mc": _jl(mc), "se": _jl(se), "theory": _jl(t),
+                                "ok": [bool(v) for v in cmp_["ok"]], "n_bad": n_bad}
+    if cp is not None:
+        reach = th["K"][-1]
+        out["critical_point"] = {"sigma_w": sw, "sigma_b": sb, "K_star": float(cp.K_star),
+                                 "unit_input_reaches": float(cp.unit_input_reaches),
+                                 "K1": float(th["K"][0]), "K_last_theory": float(reach),
+                                 "K_last_mc": float(r.K[-1])}
+        lines.append(f"critical point ({_fmt(sw, 6)}, {_fmt(sb, 6)}) has K* = {_fmt(cp.K_star)}; inputs start at "
+                     f"K^1 = {_fmt(th['K'][0])} and reach K^{r.depth} = {_fmt(reach)} (theory) / "
+                     f"{_fmt(r.K[-1])} (MC)")
+    return ok_all, lines, out
+
+
+def _fit_slope(x, y):
+    good = np.isfinite(y) & np.isfinite(x)
+    return float(np.polyfit(x[good], y[good], 1)[0])
+
+
+def _kind_exponent(case, device, dtype):
+    """Slope of log J^{1,l} against log l (or sqrt l), MC (bootstrap SE) vs the theory profile."""
+    arch = _arch(case["arch"])
+    sw, sb, _ = _params(case)
+    r = monte_carlo(arch, sw, sb, **_common_mc_kwargs(case, device, dtype))
+    th = _theory_for(arch, sw, sb, r.depth, r)
+    z, c = _tol(case)
+    l = np.arange(1, r.depth + 1, dtype=float)
+    lmin, lmax = case.get("fit_range", [max(3, r.depth // 5), r.depth])
+    sel = (l >= lmin) & (l <= lmax)
+    axis = case.get("fit", "log")
+    xf = np.log(l[sel]) if axis == "log" else np.sqrt(l[sel])
+    samples = r.samples["J"][:, sel]
+    slope_mc = _fit_slope(xf, np.log(samples.mean(0)))
+    rng = np.random.default_rng(0)
+    boots = []
+    for _ in range(int(case.get("bootstrap", 400))):
+        idx = rng.integers(0, r.n_init, r.n_init)
+        m = samples[idx].mean(0)
+        if np.all(m > 0):
+            boots.append(_fit_slope(xf, np.log(m)))
+    se = float(np.std(boots, ddof=1)) if len(boots) > 2 else float("nan")
+    slope_th = _fit_slope(xf, np.log(th["J"][sel]))
+    allow = c * lmax / r.width * (1.0 if axis == "log" else 1.0 / math.sqrt(lmax))
+    ok = abs(slope_mc - slope_th) <= z * se + allow
+    asym = None
+    try:
+        import meanfield as mf
+
+        ex = mf.exponents(arch, sigma_w=sw, sigma_b=sb)
+        asym = {"zeta": float(ex.zeta), "regime": ex.regime, "c_tilde": float(ex.c_tilde),
+                "lambda": float(ex.lambda_)}
+    except Exception as err:  # pragma: no cover - informational only
+        asym = {"error": repr(err)}
+    name = "d log J / d log l" if axis == "log" else "d log J / d sqrt(l)"
+    lines = [f"{name} over l in [{lmin}, {lmax}]: MC {_fmt(slope_mc)} +- {_fmt(se, 2)} vs theory profile "
+             f"{_fmt(slope_th)} (allowance {_fmt(allow, 2)})"]
+    if axis == "log" and asym and "zeta" in asym:
+        lines.append(f"asymptotic exponent from meanfield.exponents: zeta = {_fmt(asym['zeta'])} "
+                     f"(slope -zeta = {_fmt(-asym['zeta'])}; {asym['regime']}); a finite-depth fit approaches it slowly")
+    if axis == "sqrt" and asym and "c_tilde" in asym:
+        lines.append(f"asymptotic: chi_J ~ 1 + c~/sqrt(l), c~ = {_fmt(asym['c_tilde'])}, so log J ~ 2 c~ sqrt(l) = "
+                     f"{_fmt(2 * asym['c_tilde'])} sqrt(l) (Theorem 4.3: c~ = 2 sw^2/(pi sqrt(sw^2+sb^2)) = "
+                     f"{_fmt(2 * sw**2 / (math.pi * math.sqrt(sw**2 + sb**2)))})")
+    out = {"sigma_w": sw, "sigma_b": sb, "fit": axis, "fit_range": [lmin, lmax], "slope_mc": slope_mc,
+           "slope_mc_se": se, "slope_theory": slope_th, "allowance": allow, "asymptotic": asym,
+           "theory_source": th["source"],
+           "quantities": {"J": {"layers": _jl(l), "mc": _jl(r.J), "se": _jl(r.J_se), "theory": _jl(th["J"])},
+                          "K": {"layers": _jl(l), "mc": _jl(r.K), "se": _jl(r.K_se), "theory": _jl(th["K"])}}}
+    return ok, lines, out
+
+
+def _kind_phase_diagram(case, device, dtype):
+    arch = _arch(case["arch"])
+    sw = np.linspace(*case["sigma_w"]) if isinstance(case["sigma_w"], list) and len(case["sigma_w"]) == 3 \
+        and isinstance(case["sigma_w"][2], int) else np.asarray(case["sigma_w"], float)
+    sb = np.linspace(*case["sigma_b"]) if isinstance(case["sigma_b"], list) and len(case["sigma_b"]) == 3 \
+        and isinstance(case["sigma_b"][2], int) else np.asarray(case["sigma_b"], float)
+    kw = _common_mc_kwargs(case, device, dtype)
+    kw.pop("estimator", None)
+    kw.pop("input_norm", None)
+    pd = phase_diagram(arch, sw, sb, **kw)
+    z, c = _tol(case)
+    L = pd.layer
+    th = np.empty_like(pd.chi_J)
+    src = None
+    for i, a in enumerate(sw):
+        for j, b in enumerate(sb):
+            t = theory_profile(arch, a, b, L + 1)
+            th[i, j] = t["chi_J"][L - 1]
+            src = t["source"]
+    cmp_ = _compare(pd.chi_J.ravel(), pd.chi_J_se.ravel(), th.ravel(), np.full(th.size, L), pd.width, z, c)
+    ok = cmp_["n_bad"] == 0
+    w = cmp_["worst"]
+    i, j = np.unravel_index(w, th.shape)
+    line = _critical_line(arch, sw)
+    lines = [f"J^{{{L},{L + 1}}} on a {len(sw)} x {len(sb)} grid (depth {pd.depth}): {cmp_['n_bad']}/{th.size} "
+             f"points outside the band; largest deviation at (sigma_w, sigma_b) = ({_fmt(sw[i], 3)}, "
+             f"{_fmt(sb[j], 3)}): MC {_fmt(pd.chi_J[i, j])} +- {_fmt(pd.chi_J_se[i, j], 2)} vs theory "
+             f"{_fmt(th[i, j])}", f"Monte-Carlo time {pd.seconds:.1f} s for {pd.n_init} x {th.size} networks"]
+    if line.get("everywhere_critical"):
+        lines.append("theory: critical everywhere (chi_J* = 1 on the whole plane)")
+    out = {"sigma_w_axis": _jl(sw), "sigma_b_axis": _jl(sb), "layer": L, "mc": _jl(pd.chi_J), "se": _jl(pd.chi_J_se),
+           "theory": _jl(th), "ok": [[bool(v) for v in row] for row in cmp_["ok"].reshape(th.shape)],
+           "critical_line": line, "seconds_mc": pd.seconds, "theory_source": src}
+    return ok, lines, out
+
+
+def _critical_line(arch, sw):
+    try:
+        import meanfield as mf
+
+        fine = np.linspace(float(np.min(sw)), float(np.max(sw)), 200)
+        cl = mf.critical_line(arch, sigma_w=fine)
+        return {"sigma_w": _jl(cl.sigma_w), "sigma_b": _jl(cl.sigma_b),
+                "everywhere_critical": bool(getattr(cl, "everywhere_critical", False))}
+    except Exception as err:
+        return {"error": repr(err)}
+
+
+def _kind_bn_batch(case, device, dtype):
+    """J^{l,l+1} after the BatchNorm statistics settle, against the batch size."""
+    arch = _arch(case["arch"])
+    sw, sb = float(case["sigma_w"]), float(case["sigma_b"])
+    z, c = _tol(case)
+    first = int(case.get("average_from", 3))
+    rows = []
+    for B in case["batches"]:
+        kw = _common_mc_kwargs({**case, "batch": B}, device, dtype)
+        r = monte_carlo(arch, sw, sb, **kw)
+        th = _theory_for(arch, sw, sb, r.depth, r)
+        per = r.samples["chi_J"][:, first - 1:]  # (n_init, layers)
+        m = per.mean()
+        se = per.mean(1).std(ddof=1) / math.sqrt(r.n_init)
+        t = float(np.mean(th["chi_J"][first - 1:r.depth - 1]))
+        rows.append({"batch": B, "mc": float(m), "se": float(se), "theory": t, "seconds": r.seconds})
+    last = rows[-1]
+    lmax = int(case["depth"]) - 1
+    tol = z * last["se"] + c * (lmax / int(case["width"]) + 1.0 / last["batch"]) * abs(last["theory"])
+    ok = abs(last["mc"] - last["theory"]) <= tol
+    lines = [f"J^{{l,l+1}} averaged over l >= {first}: " + "; ".join(
+        f"|B| = {r_['batch']}: {_fmt(r_['mc'])} +- {_fmt(r_['se'], 2)}" for r_ in rows)
+        + f"; large-batch theory {_fmt(last['theory'])}",
+        f"largest batch deviates by {_fmt(last['mc'] - last['theory'], 3)} (band {_fmt(tol, 3)})"]
+    if "closed_form" in case:
+        lines.append(f"closed form quoted by the paper ({case['closed_form']['source']}): "
+                     f"{_fmt(eval_closed_form(case['closed_form']['expr'], arch))}")
+    out = {"sigma_w": sw, "sigma_b": sb, "rows": rows, "average_from": first}
+    return ok, lines, out
+
+
+def eval_closed_form(expr: str, arch) -> float:
+    """Evaluate a closed form written in python with pi and mu (e.g. 'pi/(pi-1)')."""
+    return float(eval(expr, {"__builtins__": {}}, {"pi": math.pi, "mu": arch.mu or 0.0, "sqrt": math.sqrt}))
+
+
+def _kind_hutchinson_vs_exact(case, device, dtype):
+    arch = _arch(case["arch"])
+    sw, sb = float(case["sigma_w"]), float(case["sigma_b"])
+    kw = _common_mc_kwargs(case, device, dtype)
+    kw.pop("estimator", None)
+    ex = monte_carlo(arch, sw, sb, estimator="exact", **kw)
+    hu = monte_carlo(arch, sw, sb, estimator="hutchinson", **kw)
+    z, _ = _tol(case)
+    lines, ok, data = [], True, {}
+    for q in ("chi_J", "J"):
+        d = hu.samples[q] - ex.samples[q]
+        keep = ~np.isnan(d).any(0)
+        d = d[:, keep]
+        se = d.std(0, ddof=1) / math.sqrt(d.shape[0])
+        zmax = float(np.max(np.abs(d.mean(0)) / np.where(se > 0, se, np.inf)))
+        bad = int(np.sum(np.abs(d.mean(0)) > z * se + 1e-12))
+        ok &= bad == 0
+        var_ratio = float(np.mean(hu.samples[q][:, keep].var(0, ddof=1) / np.maximum(ex.samples[q][:, keep].var(0, ddof=1), 1e-300)))
+        lines.append(f"{q}: paired Hutchinson - exact difference over the same networks: {bad} layers beyond "
+                     f"{z:g} SE (largest |mean/SE| = {_fmt(zmax, 3)}); variance over inits, Hutchinson/exact = "
+                     f"{_fmt(var_ratio, 3)}")
+        data[q] = {"layers": _jl(np.arange(1, d.shape[1] + 1) + (0 if q == "chi_J" else 1)),
+                   "exact": _jl(getattr(ex, q)[keep]), "exact_se": _jl(getattr(ex, q + "_se")[keep]),
+                   "hutchinson": _jl(getattr(hu, q)[keep]), "hutchinson_se": _jl(getattr(hu, q + "_se")[keep])}
+    return ok, lines, {"sigma_w": sw, "sigma_b": sb, "quantities": data, "n_probes": hu.n_probes}
+
+
+def _kind_factorisation(case, device, dtype):
+    arch = _arch(case["arch"])
+    sw, sb = float(case["sigma_w"]), float(case["sigma_b"])
+    r = monte_carlo(arch, sw, sb, **_common_mc_kwargs(case, device, dtype))
+    z, c = _tol(case)
+    prod = np.concatenate([[1.0], np.cumprod(r.chi_J)])
+    rel_se = np.concatenate([[0.0], np.sqrt(np.cumsum((r.chi_J_se / r.chi_J) ** 2))])
+    prod_se = prod * rel_se
+    se = np.sqrt(r.J_se**2 + prod_se**2)
+    layers = np.arange(1, r.depth + 1)
+    cmp_ = _compare(r.J, se, prod, layers, r.width, z, c, r.batch, arch.norm == "bn")
+    w = cmp_["worst"]
+    ok = cmp_["n_bad"] == 0
+    lines = [f"J^{{1,l}} measured directly vs prod_l' J^{{l',l'+1}} measured block by block: {cmp_['n_bad']}/"
+             f"{r.depth} layers outside the band; largest deviation at l={w + 1}: {_fmt(r.J[w])} vs {_fmt(prod[w])} "
+             f"({_fmt(100 * cmp_['rel'][w], 3)}%)"]
+    out = {"sigma_w": sw, "sigma_b": sb,
+           "quantities": {"J": {"layers": _jl(layers), "mc": _jl(r.J), "se": _jl(r.J_se), "theory": _jl(prod),
+                                "theory_se": _jl(prod_se)}}}
+    return ok, lines, out
+
+
+def _kind_width_scan(case, device, dtype):
+    """J^{l,l+1} (averaged over l >= average_from) at several widths, extrapolated to 1/width -> 0.
+
+    A weighted least-squares fit chi(N) = a + b / N; the intercept a +- SE is
+    compared with the infinite-width theory (z SE, no allowance: the
+    extrapolation removes the O(1/N) term). Shows whether a disagreement is a
+    finite-width effect (it shrinks like 1/N) or a gap in the theory.
+    """
+    arch = _arch(case["arch"])
+    sw, sb = float(case["sigma_w"]), float(case["sigma_b"])
+    z, _ = _tol(case)
+    first = int(case.get("average_from", 2))
+    rows = []
+    for N in case["widths"]:
+        extra = {"tokens": N} if arch.block != "mlp" and "tokens" not in case else {}
+        kw = _common_mc_kwargs({**case, "width": N, **extra}, device, dtype)
+        r = monte_carlo(arch, sw, sb, **kw)
+        th = _theory_for(arch, sw, sb, r.depth, r)
+        per = r.samples["chi_J"][:, first - 1:].mean(1)
+        rows.append({"width": N, "mc": float(per.mean()), "se": float(per.std(ddof=1) / math.sqrt(r.n_init)),
+                     "theory": float(np.mean(th["chi_J"][first - 1:r.depth - 1])), "seconds": r.seconds})
+    x = np.array([1.0 / r_["width"] for r_ in rows])
+    y = np.array([r_["mc"] for r_ in rows])
+    w = 1.0 / np.array([r_["se"] for r_ in rows]) ** 2
+    A = np.stack([np.ones_like(x), x], 1)
+    cov = np.linalg.inv(A.T @ (A * w[:, None]))
+    a, b = cov @ (A.T @ (w * y))
+    a_se = math.sqrt(cov[0, 0])
+    t = rows[-1]["theory"]
+    ok = abs(a - t) <= z * a_se
+    lines = [f"J^{{l,l+1}} averaged over l >= {first}: " + "; ".join(
+        f"N = {r_['width']}: {_fmt(r_['mc'])} +- {_fmt(r_['se'], 2)}" for r_ in rows)
+        + f"; theory {_fmt(t)}",
+        f"extrapolated to infinite width (fit a + b/N): {_fmt(a)} +- {_fmt(a_se, 2)} vs theory {_fmt(t)} "
+        f"({_fmt((a - t) / a_se if a_se > 0 else float('inf'), 3)} SE); slope b = {_fmt(b)}"]
+    out = {"sigma_w": sw, "sigma_b": sb, "rows": rows, "intercept": a, "intercept_se": a_se, "slope": b,
+           "theory": t, "average_from": first}
+    return ok, lines, out
+
+
+KINDS = {
+    "width_scan": _kind_width_scan,
+    "profile": _kind_profile,
+    "exponent": _kind_exponent,
+    "phase_diagram": _kind_phase_diagram,
+    "bn_batch": _kind_bn_batch,
+    "hutchinson_vs_exact": _kind_hutchinson_vs_exact,
+    "factorisation": _kind_factorisation,
+}
+
+
+# ---------------------------------------------------------------------------
+# Plots.
+# ---------------------------------------------------------------------------
+def _plot_case(res: dict, path: Path, dpi: int = 80):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kind, data = res["kind"], res["data"]
+    title = f"{res['id']}: {res['title']} [{res['status']}]"
+    if kind == "phase_diagram":
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+        sw, sb = np.array(data["sigma_w_axis"]), np.array(data["sigma_b_axis"])
+        for ax, key, lab in ((axes[0], "mc", "Monte Carlo"), (axes[1], "theory", "theory (same depth)")):
+            v = np.array(data[key], dtype=float)
+            lv = np.log(np.clip(v, 1e-12, None))
+            lim = max(np.nanmax(np.abs(lv)), 1e-3)
+            im = ax.pcolormesh(sb, sw, lv, cmap="RdBu_r", vmin=-lim, vmax=lim, shading="nearest")
+            try:
+                ax.contour(sb, sw, lv, levels=[0.0], colors="k", linestyles="--", linewidths=1)
+            except Exception:
+                pass
+            cl = data.get("critical_line", {})
+            if "sigma_b" in cl and not cl.get("everywhere_critical"):
+                ax.plot(np.array(cl["sigma_b"], dtype=float), np.array(cl["sigma_w"], dtype=float), "k-", lw=1.5,
+                        label="critical line (analytic)")
+            ax.set_xlabel("sigma_b")
+            ax.set_ylabel("sigma_w")
+            ax.set_xlim(sb.min(), sb.max())
+            ax.set_ylim(sw.min(), sw.max())
+            ax.set_title(f"{lab}: log J^{{{data['layer']},{data['layer'] + 1}}}", fontsize=9)
+            fig.colorbar(im, ax=ax)
+        axes[0].legend(fontsize=7, loc="lower right")
+    elif kind == "width_scan":
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        rows = data["rows"]
+        x = np.array([1.0 / r["width"] for r in rows])
+        ax.errorbar(x, [r["mc"] for r in rows], yerr=[r["se"] for r in rows], fmt="o", label="Monte Carlo")
+        xx = np.linspace(0, x.max() * 1.05, 20)
+        ax.plot(xx, data["intercept"] + data["slope"] * xx, "C0--", lw=1, label="fit a + b/N")
+        ax.errorbar([0], [data["intercept"]], yerr=[data["intercept_se"]], fmt="s", color="C0")
+        ax.axhline(data["theory"], color="k", label="theory (N = infinity)")
+        ax.set_xlabel("1 / width")
+        ax.set_ylabel("J^{l,l+1}")
+        ax.legend(fontsize=8)
+    elif kind == "bn_batch":
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        rows = data["rows"]
+        b = np.array([r["batch"] for r in rows], float)
+        ax.errorbar(1 / b, [r["mc"] for r in rows], yerr=[r["se"] for r in rows], fmt="o", label="Monte Carlo")
+        ax.axhline(rows[-1]["theory"], color="k", label="large-batch theory")
+        ax.set_xlabel("1 / |B|")
+        ax.set_ylabel("J^{l,l+1}")
+        ax.legend(fontsize=8)
+    else:
+        qs = data.get("quantities", {})
+        keys = [k for k in ("K", "chi_J", "J", "K12") if k in qs]
+        fig, axes = plt.subplots(1, max(len(keys), 1), figsize=(3.6 * max(len(keys), 1), 3.3), squeeze=False)
+        for ax, k in zip(axes[0], keys):
+            q = qs[k]
+            l = np.array(q["layers"], float)
+            if "exact" in q:
+                ax.errorbar(l, np.array(q["exact"], float), yerr=np.array(q["exact_se"], float), fmt="s", ms=3,
+                            label="exact")
+                ax.errorbar(l + 0.15, np.array(q["hutchinson"], float), yerr=np.array(q["hutchinson_se"], float),
+                            fmt="o", ms=3, label="Hutchinson")
+            else:
+                th = np.array(q["theory"], float)
+                ax.plot(l, th, "k-", lw=1.2, label="theory" if kind != "factorisation" else "prod J^{l,l+1}")
+                ax.errorbar(l, np.array(q["mc"], float), yerr=np.array(q["se"], float), fmt="o", ms=3, capsize=2,
+                            label="Monte Carlo")
+                if kind == "exponent" and k == "J":
+                    ax.set_xscale("log" if data.get("fit") == "log" else "linear")
+                    ax.set_yscale("log")
+                    lo, hi = data["fit_range"]
+                    ax.axvspan(lo, hi, color="0.9", zorder=0)
+                elif k == "J":
+                    if np.nanmax(np.abs(np.log(np.clip(th[th > 0], 1e-300, None)))) > 2:
+                        ax.set_yscale("log")
+            ax.set_xlabel("layer l")
+            ax.set_title({"K": "K^l", "chi_J": "J^{l,l+1}", "J": "J^{1,l}", "K12": "K^l(x,x')"}[k], fontsize=9)
+            ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------
+# Running.
+# ---------------------------------------------------------------------------
+def _case_hash(case, device, dtype) -> str:
+    blob = json.dumps({"case": case, "device": str(device), "dtype": str(dtype), "v": SUITE_VERSION},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _write_json_atomic(path: Path, obj):
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, allow_nan=False, default=_json_default))
+    os.replace(tmp, path)
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating,)):
+        return None if not np.isfinite(o) else float(o)
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    if isinstance(o, np.ndarray):
+        return _jl(o)
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+def _sanitize(obj):
+    if isinstance(obj, dict):
+        return {k: _sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_sanitize(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, (np.floating, np.integer, np.bool_, np.ndarray)):
+        return _json_default(obj)
+    return obj
+
+
+def run_case(case: dict, device=None, dtype=torch.float64) -> dict:
+    """Run one case; never raises (errors become status 'error')."""
+    dev = resolve_device(device)
+    t0 = time.perf_counter()
+    kind = case.get("kind", "profile")
+    res = {"id": case["id"], "title": case.get("title", case["id"]), "kind": kind, "case": case,
+           "paper": case.get("paper", ""), "expected": case.get("expected", "pass")}
+    try:
+        if kind not in KINDS:
+            raise ValueError(f"unknown case kind {kind!r}; known: {', '.join(KINDS)}")
+        ok, lines, data = KINDS[kind](case, dev, dtype)
+        expected_fail = res["expected"] == "fail"
+        if ok:
+            status = "xpass" if expected_fail else "pass"
+        else:
+            status = "xfail" if expected_fail else "fail"
+        res.update(status=status, details=lines, data=data)
+        if expected_fail:
+            res["reason"] = case.get("reason", "")
+    except Exception as err:
+        res.update(status="error", details=[f"{type(err).__name__}: {err}"], data={},
+                   traceback=traceback.format_exc())
+    res["seconds"] = time.perf_counter() - t0
+    return _sanitize(res)
+
+
+def hardware_description(device) -> dict:
+    dev = resolve_device(device)
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"device": str(dev), "cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(), "numpy": np.__version__,
+            "platform": platform.platform()}
+    if dev.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(dev)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def _git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, timeout=5).stdout.strip() or None
+    except Exception:
+        return None
+
+
+def run_suite(cases=None, out_dir=None, device=None, quick: bool = True, *, dtype=torch.float64, resume: bool = True,
+              progress: bool = True, only=None, plots: bool = True, dpi: int = 80) -> dict:
+    """Run verification cases, checkpointing each, and write JSON, Markdown and plots.
+
+    Parameters
+    ----------
+    cases : list of dicts, path to a case file, or None
+        None loads verification/cases_quick.json (``quick``) or cases_full.json.
+    out_dir : path
+        Where ``cases/<id>.json`` (the checkpoints), ``results.json``,
+        ``report.md`` and ``plots/`` go. Default
+        verification/reports/{quick,full}-{cpu,cuda}.
+    device : None, 'cpu', 'cuda'
+    quick : bool
+        Selects the default case file and the report's title.
+    resume : bool
+        Reuse finished cases whose checkpoint matches the case, device and
+        dtype (a changed case is rerun).
+    only : iterable of case ids, optional
+
+    Returns
+    -------
+    dict with ``results`` (one dict per case), ``summary`` and the paths written.
+    """
+    dev = resolve_device(device)
+    if cases is None or isinstance(cases, (str, os.PathLike)):
+        cases = load_cases(cases, quick)
+    cases = [dict(c) for c in cases]
+    if only:
+        only = set(only)
+        cases = [c for c in cases if c["id"] in only]
+    if out_dir is None:
+        out_dir = default_cases_path(quick).parent / "reports" / f"{'quick' if quick else 'full'}-{dev.type}"
+    out_dir = Path(out_dir)
+    (out_dir / "cases").mkdir(parents=True, exist_ok=True)
+    if plots:
+        (out_dir / "plots").mkdir(parents=True, exist_ok=True)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(cases), desc="verification", unit="case")
+    results = []
+    t0 = time.perf_counter()
+    for case in cases:
+        h = _case_hash(case, dev, dtype)
+        ckpt = out_dir / "cases" / f"{case['id']}.json"
+        res = None
+        if resume and ckpt.exists():
+            try:
+                old = json.loads(ckpt.read_text())
+                if old.get("hash") == h and old.get("status") != "error":
+                    res = old
+                    res["resumed"] = True
+            except (OSError, ValueError):
+                res = None
+        if bar is not None:
+            bar.set_postfix_str(case["id"])
+        if res is None:
+            res = run_case(case, dev, dtype)
+            res["hash"] = h
+            _write_json_atomic(ckpt, res)
+        if plots and res.get("data"):
+            try:
+                _plot_case(res, out_dir / "plots" / f"{case['id']}.png", dpi=dpi)
+                res["plot"] = f"plots/{case['id']}.png"
+            except Exception as err:  # a plot must not lose a result
+                res.setdefault("details", []).append(f"(plot failed: {err!r})")
+        results.append(res)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    counts = {}
+    for r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    summary = {"mode": "quick" if quick else "full", "n_cases": len(results), "counts": counts,
+               "ok": all(r["status"] in ("pass", "xfail", "xpass") for r in results),
+               "wall_seconds": time.perf_counter() - t0,
+               "case_seconds": sum(r.get("seconds", 0.0) for r in results),
+               "hardware": hardware_description(dev), "dtype": str(dtype).replace("torch.", ""),
+               "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": _git_commit(),
+               "allowance_rule": "|MC - theory| <= z SE + c (l / width) |theory| (+ c/|B| |theory| with "
+                                 "BatchNorm), z = 4, c = 2 unless the case says otherwise"}
+    slim = [{k: v for k, v in r.items() if k not in ("data", "traceback")} for r in results]
+    _write_json_atomic(out_dir / "results.json", {"summary": summary, "results": slim})
+    (out_dir / "report.md").write_text(_report(summary, results))
+    return {"summary": summary, "results": results, "out_dir": str(out_dir)}
+
+
+# ---------------------------------------------------------------------------
+# Markdown report.
+# ---------------------------------------------------------------------------
+def _headline(r) -> str:
+    """The detail line that matters: the first failing quantity, else the APJN line, else the first."""
+    det = r.get("details") or [""]
+    for d in det:
+        if " 0/" not in d and "points outside" in d or "layers outside" in d and " 0/" not in d:
+            return d
+    for d in det:
+        if d.startswith("chi_J") or d.startswith("extrapolated"):
+            return d
+    return det[0]
+
+
+_BADGE = {"pass": "PASS", "fail": "**FAIL**", "xfail": "xfail (known gap)", "xpass": "XPASS", "error": "**ERROR**"}
+
+
+def _report(summary, results) -> str:
+    hw = summary["hardware"]
+    dev = hw.get("gpu") or hw["cpu"]
+    lines = [f"# Verification report ({summary['mode']})", "",
+             f"- Date: {summary['date']}" + (f", commit `{summary['commit']}`" if summary.get("commit") else ""),
+             f"- Hardware: {'GPU ' + hw['gpu'] + ' (CUDA ' + str(hw.get('cuda')) + '), ' if hw.get('gpu') else ''}"
+             f"CPU {hw['cpu']} ({hw['cpu_count']} cores, torch threads {hw['torch_threads']})",
+             f"- Device used: `{hw['device']}`; dtype {summary['dtype']}; torch {hw['torch']}, Python {hw['python']}, "
+             f"numpy {hw['numpy']}",
+             f"- Cases: {summary['n_cases']}; " + ", ".join(f"{k}: {v}" for k, v in sorted(summary["counts"].items()))
+             + f"; wall time {summary['wall_seconds']:.0f} s (case compute {summary['case_seconds']:.0f} s)",
+             f"- Pass rule: {summary['allowance_rule']}. Every compared point of a case must satisfy it.",
+             f"- Overall: {'OK' if summary['ok'] else 'FAILURES'} on {dev}", "",
+             "| case | kind | status | time (s) | summary |", "|---|---|---|---:|---|"]
+    for r in results:
+        first = _headline(r).replace("|", "\\|")
+        lines.append(f"| [{r['id']}](#{r['id'].lower()}) | {r['kind']} | {_BADGE.get(r['status'], r['status'])} | "
+                     f"{r.get('seconds', 0):.1f} | {first} |")
+    gaps = [r for r in results if r["status"] in ("xfail", "fail")]
+    if gaps:
+        lines += ["", "## Where theory and Monte Carlo disagree", ""]
+        for r in gaps:
+            lines.append(f"- **{r['id']}** ({r['title']}): {_headline(r)}" + (f". Known gap: {r['reason']}"
+                                                                             if r.get("reason") else ""))
+    lines += ["", "## Cases", ""]
+    for r in results:
+        c = r["case"]
+        lines += [f"### {r['id']}", "", f"**{r['title']}** - {_BADGE.get(r['status'], r['status'])}", ""]
+        if r.get("paper"):
+            lines.append(f"Reference: {r['paper']}")
+            lines.append("")
+        arch = c.get("arch", {})
+        setup = ", ".join(f"{k}={v}" for k, v in arch.items())
+        params = ", ".join(f"{k}={c[k]}" for k in ("sigma_w", "sigma_b", "critical_point", "depth", "width", "n_init",
+                                                   "batch", "batches", "tokens", "input_norm", "n_probes") if k in c)
+        lines.append(f"Setup: {setup}; {params}" + (" (resumed from checkpoint)" if r.get("resumed") else ""))
+        lines.append("")
+        for d in r.get("details", []):
+            lines.append(f"- {d}")
+        if r.get("reason"):
+            lines.append(f"- Known gap: {r['reason']}")
+        if r.get("plot"):
+            lines += ["", f"![{r['id']}]({r['plot']})"]
+        lines.append("")
+    return "\n".join(lines) + "\n"

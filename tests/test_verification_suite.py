@@ -1,0 +1,73 @@
+"""The verification suite: run_suite on a tiny case subset, checkpoints, report files, CLI."""
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("matplotlib")
+pytest.importorskip("tqdm")
+
+from meanfield.verification import run_suite  # noqa: E402
+from meanfield.verification.suite import KINDS, load_cases  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+TINY = [
+    {"id": "relu-profile", "kind": "profile", "title": "ReLU critical", "arch": {"activation": "relu"},
+     "sigma_w": 1.4142135623730951, "sigma_b": 0.0, "depth": 5, "width": 64, "n_init": 8},
+    {"id": "erf-grid", "kind": "phase_diagram", "title": "erf grid", "arch": {"activation": "erf"},
+     "sigma_w": [0.6, 2.0, 3], "sigma_b": [0.0, 0.6, 3], "depth": 5, "width": 64, "n_init": 6},
+    {"id": "bn-batch", "kind": "bn_batch", "title": "BN vs batch", "arch": {"activation": "relu", "norm": "bn"},
+     "sigma_w": 1.0, "sigma_b": 0.0, "batches": [8, 64], "depth": 4, "width": 64, "n_init": 6, "average_from": 2},
+    {"id": "hvse", "kind": "hutchinson_vs_exact", "title": "estimators", "arch": {"activation": "tanh"},
+     "sigma_w": 1.2, "sigma_b": 0.1, "depth": 4, "width": 8, "n_init": 32, "n_probes": 2},
+    {"id": "broken", "kind": "profile", "title": "expected to fail", "arch": {"activation": "relu"},
+     "sigma_w": 1.0, "sigma_b": 0.0, "depth": 3, "width": 16, "n_init": 4, "tolerance": {"z": 0.0, "c": 0.0},
+     "expected": "fail", "reason": "zero tolerance"},
+]
+
+
+def test_run_suite_writes_report_and_resumes(tmp_path):
+    out = run_suite(TINY, tmp_path, device="cpu", quick=True, progress=False)
+    s = out["summary"]
+    statuses = {r["id"]: r["status"] for r in out["results"]}
+    assert statuses["broken"] == "xfail", statuses
+    assert all(v == "pass" for k, v in statuses.items() if k != "broken"), out["results"]
+    assert s["ok"]
+    for name in ("results.json", "report.md"):
+        assert (tmp_path / name).exists()
+    for case in TINY:
+        assert (tmp_path / "cases" / f"{case['id']}.json").exists()
+        assert (tmp_path / "plots" / f"{case['id']}.png").exists()
+    report = (tmp_path / "report.md").read_text()
+    assert "Hardware" in report and "torch" in report and "erf-grid" in report
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["summary"]["n_cases"] == len(TINY)
+    # second run: everything comes from the checkpoints
+    again = run_suite(TINY, tmp_path, device="cpu", quick=True, progress=False)
+    assert all(r.get("resumed") for r in again["results"])
+    # a changed case is rerun, the others are not
+    changed = [dict(c) for c in TINY]
+    changed[0]["n_init"] = 6
+    third = run_suite(changed, tmp_path, device="cpu", quick=True, progress=False, only=["relu-profile", "hvse"])
+    assert [r.get("resumed", False) for r in third["results"]] == [False, True]
+
+
+def test_errors_are_reported_not_raised(tmp_path):
+    bad = [{"id": "nope", "kind": "no-such-kind", "arch": {"activation": "relu"}}]
+    out = run_suite(bad, tmp_path, device="cpu", progress=False, plots=False)
+    assert out["results"][0]["status"] == "error" and not out["summary"]["ok"]
+
+
+def test_case_files_are_valid():
+    for quick in (True, False):
+        cases = load_cases(quick=quick)
+        assert cases and all(c.get("kind", "profile") in KINDS for c in cases)
+        assert all("arch" in c and "id" in c for c in cases)
+
+
+def test_cli_rejects_bad_device(capsys):
+    from meanfield.verification.__main__ import main
+
+    assert main(["--quick", "--device", "nonsense", "--only", "relu-critical"]) == 2
+    assert "device" in capsys.readouterr().err
