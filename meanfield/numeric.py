@@ -5,14 +5,17 @@ One source of truth: the numeric solvers never re-derive a recursion. For an
 expressions of :func:`meanfield.recursion` (``kernel``, ``kernel12``,
 ``chi_J``, ``chi_K``, ``chi_Delta``), rewrites them in the variances
 ``W = sigma_w**2`` and ``T = sigma_b**2`` (the calculus only ever uses the
-squares), adds the partial derivatives the solvers need, prints each one as
-Python source with the ``math`` module, and compiles it with
-``numba.njit``. Every compiled function has the signature
+squares), adds the partial derivatives the solvers need (:data:`FUNCTIONS`),
+prints each one as Python source with the ``math`` module (after common
+subexpression elimination) and compiles it to a numba ``cfunc`` with the
+signature
 
     f(K, K12, W, T, mu, eps) -> float
 
 (``mu`` and ``eps`` stay runtime arguments, so one compilation serves every
-residual strength and LayerScale).
+residual strength and LayerScale). The solver kernels of
+:mod:`meanfield._kernels` take the tuple of these cfuncs as a first-class
+function argument, so they are compiled once for all architectures.
 
 Unevaluated Gaussian expectations (activations without closed forms) become
 calls to numba quadratures over the exp-sinh rule of
@@ -23,13 +26,14 @@ expectations. The activation body ``f`` is compiled to its own njit function.
 
 Caching
 -------
-``numba.njit(cache=True)`` needs a real source file, so the generated code
-(expressions + the solver kernels of :mod:`meanfield._kernels`) is written
+``cache=True`` needs a real source file, so the generated module is written
 to ``$MEANFIELD_CACHE_DIR`` (default ``$XDG_CACHE_HOME/meanfield`` or
 ``~/.cache/meanfield``; a temporary directory when that is not writable)
-under a name that hashes the source, the quadrature rule and the numba and
-Python versions, and imported from there. A second process finds the file
-and numba's on-disk cache next to it and does not recompile.
+under a name that hashes the architecture, the sources of the symbolic
+layer, the quadrature rule and the numba and Python versions, and imported
+from there; numba's caches sit next to it (the kernels' next to
+``_kernels.py``, or under ``$NUMBA_CACHE_DIR``). A second process skips
+both the sympy code generation and the compilation.
 """
 from __future__ import annotations
 

@@ -164,9 +164,17 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
     table = _line_table(arch) if (mode == 0 and not comp.pair) else None
     if table is not None:
         comp.call("line_from_table", fixed, *table, comp.mu, comp.eps, outv, outK, outS)
-        # beyond the table's range of W: the direct scan over sigma_b
+        # where the line may continue beyond the table's last K*: the direct
+        # scan over sigma_b. W(K) either keeps moving there (erf: W ~ sqrt K)
+        # or has converged (GELU: W -> 2, ReLU: W = 2), when only W next to
+        # its limit can be left.
         Wt = table[1][table[3] == ST_OK]
-        out = (outS != ST_OK) & ((fixed < Wt.min()) | (fixed > Wt.max()))
+        w_end, w_dec = Wt[-1], Wt[-1] - Wt[-101]
+        if abs(w_dec) <= 1e-3 * abs(w_end):
+            beyond = np.abs(fixed - w_end) <= 1e-3 * abs(w_end)
+        else:
+            beyond = (fixed - w_end) * w_dec > 0
+        out = (outS != ST_OK) & beyond
         if out.any():
             idx = np.flatnonzero(out)
             v, k, st = np.empty(idx.size), np.empty(idx.size), np.empty(idx.size, dtype=np.int64)
