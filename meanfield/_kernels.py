@@ -30,23 +30,8 @@ ST_NAN = 3
 ST_CYCLE = 4
 ST_NOLINE = 5
 
-# indices into fns (the order of meanfield.numeric.FUNCTIONS)
-KERNEL = 0
-KERNEL12 = 1
-CHI_J = 2
-CHI_K = 3
-CHI_DELTA = 4
-DK_DQ = 5
-DQ_DK = 6
-DQ_DQ = 7
-DK_DW = 8
-DK_DT = 9
-DX_DK = 10
-DX_DW = 11
-DX_DT = 12
-DC_DK = 13
-DC_DW = 14
-DC_DT = 15
+from ._fnindex import (CHI_DELTA, CHI_J, CHI_K, DC_DK, DC_DT, DC_DW, DK_DQ, DK_DT, DK_DW,  # noqa: F401
+                       DQ_DK, DQ_DQ, DX_DK, DX_DT, DX_DW, KERNEL, KERNEL12)
 
 _EPS = 2.220446049250313e-16
 _KMAX = 1e250          # beyond this the kernel is declared divergent

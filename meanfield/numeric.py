@@ -99,11 +99,8 @@ def _expressions(rec) -> dict:
     }
 
 
-#: names of the compiled expression functions
-FUNCTIONS = (
-    "kernel", "kernel12", "chi_J", "chi_K", "chi_Delta", "dkernel_dK12", "dkernel12_dK",
-    "dkernel12_dK12", "dkernel_dW", "dkernel_dT", "dchiJ_dK", "dchiJ_dW", "dchiJ_dT",
-    "dchiK_dK", "dchiK_dW", "dchiK_dT")
+#: names of the compiled expression functions, in the order the kernels index them
+from ._fnindex import FUNCTIONS  # noqa: E402
 
 
 # ---------------------------------------------------------------------------
@@ -298,7 +295,7 @@ def cache_dir() -> Path:
 
 
 _LOCK = threading.Lock()
-_KEY_SOURCES = ("symbols.py", "activations.py", "gaussian.py", "calculus.py", "symbolic.py", "numeric.py")
+_KEY_SOURCES = ("_fnindex.py", "symbols.py", "activations.py", "gaussian.py", "calculus.py", "symbolic.py", "numeric.py")
 
 
 def _key(arch: Architecture) -> str:

@@ -141,7 +141,7 @@ def _asymptotic_analytic_pair(comp, W, T):
     evaluated far along the growth (D ~ 1e3 and 1e5, K12 = 0; exact for the
     large-batch BatchNorm blocks, whose maps are affine in the state).
     """
-    from .. import _kernels as KN
+    from .. import _fnindex as KN
     from .lines import _expr
 
     def at(which, D):
@@ -291,7 +291,7 @@ def _critical_fixed_point(arch, comp, sw, sb, W, T):
     """
     from scipy.optimize import brentq
 
-    from .. import _kernels as KN
+    from .. import _fnindex as KN
     from .lines import _expr, fixed_points
 
     for fp in fixed_points(arch, sw, sb):

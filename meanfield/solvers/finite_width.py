@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _kernels as KN
+from .. import _fnindex as KN
 from .._validate import check_nonnegative
 from ._common import as_output, prepare, variances
 from .fixed import kernel_profile

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .. import _kernels as KN
+from .. import _fnindex as KN
 from .._validate import check_finite_array, check_nonnegative
 from ..calculus import Architecture
 from ._common import ST_INF, ST_OK, prepare, variances
