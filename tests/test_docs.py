@@ -40,3 +40,15 @@ def test_relative_links_in_markdown_resolve():
             if not (md.parent / target).exists():
                 broken.append(f"{md.name} -> {target}")
     assert not broken, broken
+
+
+def test_howto_code_blocks_run():
+    """Every ```python block of docs/howto.md runs, in order, in one namespace."""
+    blocks = re.findall(r"```python\n(.*?)\n```", (ROOT / "docs" / "howto.md").read_text(), flags=re.S)
+    assert len(blocks) >= 5
+    namespace: dict = {}
+    for i, code in enumerate(blocks):
+        try:
+            exec(compile(code, f"docs/howto.md[block {i}]", "exec"), namespace)
+        except Exception as exc:  # pragma: no cover - the message is the point
+            raise AssertionError(f"docs/howto.md block {i} failed: {exc!r}\n{code}") from exc
