@@ -444,6 +444,7 @@ class AutoInitReport:
     model_class: str
     wall_time: float
     steps_per_second: float
+    average: int = 0
     notes: list = field(default_factory=list)
 
     @property
@@ -797,7 +798,7 @@ def _progress(total, enabled):
 def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "jll", lam: float = 0.0,
              lr=None, steps: int = 500, tol: float = 1e-3, n_probes: int = 2, batch_size: int | None = None,
              mode: str = "rescale", *, params=None, seed: int = 0, progress: bool = True,
-             inplace: bool = False, report_probes: int = 8):
+             inplace: bool = False, report_probes: int = 8, average: int = 0):
     """Tune the scale of every parameter tensor so that every J^{l,l+1} = 1; return ``(model, report)``.
 
     Parameters
@@ -840,6 +841,11 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
         Apply the tuned scales to ``model`` itself at the end instead of a copy.
     report_probes : int
         Probes for the before/after measurement in the report.
+    average : int
+        0 (default, Algorithm 2): keep the last iterate of the ``a``. k > 0:
+        return the mean of the last k iterates (Polyak averaging), which
+        suppresses the step-to-step Hutchinson/batch noise where it is large
+        (BatchNorm at small spatial size, few probes).
 
     Returns
     -------
@@ -864,6 +870,7 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
     tol = _check_number("tol", tol)
     n_probes = _check_int("n_probes", n_probes, 1)
     report_probes = _check_int("report_probes", report_probes, 1)
+    average = _check_int("average", average, 0)
     n_data = x_all.shape[0]
     if batch_size is None:
         batch_size = n_data
@@ -904,6 +911,7 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
 
     scales = {n: torch.ones((), device=device, dtype=dtype, requires_grad=True) for n in tuned}
     loss_hist, J_hist = [], []
+    recent = []  # the last `average` iterates of the scales
     notes = []
     converged = False
     t0 = time.perf_counter()
@@ -929,6 +937,8 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
                                         "model's initial scale.", step=t, block=bad[0])
                 loss_hist.append(L_val)
                 J_hist.append(J.detach().cpu().numpy())
+                if average:
+                    recent = (recent + [{n: a.detach().clone() for n, a in scales.items()}])[-average:]
                 if bar is not None:
                     bar.set_postfix(loss=f"{L_val:.3g}")
                 if L_val <= tol:
@@ -954,7 +964,10 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
             if bar is not None:
                 bar.close()
         loop_time = time.perf_counter() - t_loop
-        final = {n: a.detach() for n, a in scales.items()}
+        if average:
+            final = {n: torch.stack([r[n] for r in recent]).mean() for n in tuned}
+        else:
+            final = {n: a.detach() for n, a in scales.items()}
         after = _estimate(twin, first, final, report_probes, _generator(seed, 2, device))
     if not converged:
         notes.append(f"loss {loss_hist[-1]:.3g} > tol {tol:g} after {t} steps (the Hutchinson noise of "
@@ -970,6 +983,7 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
         before=Measurement(blocks, *before, "fused", report_probes, first.shape[0]),
         after=Measurement(blocks, *after, "fused", report_probes, first.shape[0]),
         loss_history=np.array(loss_hist), J_history=np.array(J_hist), scales=scales_f, shapes=shapes,
+        average=average,
         model_class=type(model).__name__, wall_time=wall,
         steps_per_second=(t / loop_time if loop_time > 0 and t else float("nan")), notes=notes)
     return target, report
