@@ -25,6 +25,22 @@ is: against mpmath it is accurate to ~1e-15 relative for tanh^2, sech^4,
 softplus^2 and swish^2 over K in [1e-6, 1e6] (tests/test_gaussian.py),
 where Gauss-Hermite needs thousands of nodes at K = 1e6.
 Splitting at h = 0 also makes kinks at the origin (ReLU-like) harmless.
+
+The even nodes of the rule form the rule with step 1/16, which gives an
+error estimate for free. :func:`expect` halves the step where that estimate
+is large (integrands oscillating faster than the rule resolves, such as
+sin(h) at K >~ 30, or kinked away from 0), up to step 1/32768, and warns if
+even that does not converge; :func:`expect2` does the same up to step 1/256.
+With it, E[(sin h + h/2)^2] is accurate to ~1e-15 over K in [1e-6, 1e6].
+
+Accuracy limits worth knowing: the error is relative to E|f(h)|, so a
+result much smaller than E|f(h)| (a cancelling integrand) is only accurate
+in that absolute sense. The one case the package meets is chi_Delta of
+tanh-, SiLU- and softplus-like activations at large K, where the pointwise
+integrand phi''^2 + phi' phi''' integrates to ~0 at leading order: relative
+error up to 6e-10 for tanh and 2e-8 for softplus at K = 1e6 (1e-12 up to
+K = 1e4), absolute error below 3e-14 of E|phi''^2| + E|phi' phi'''|
+(tests/test_activations.py).
 """
 from __future__ import annotations
 

@@ -135,8 +135,8 @@ def test_expect_refines_oscillatory_integrands():
         warnings.simplefilter("error")
         got2 = expect(lambda h: (np.sin(h) + h / 2) ** 2, Ks)
         gotd = expect(lambda h: (np.cos(h) + 0.5) ** 2, Ks)
-    assert rel_err(got2, -np.expm1(-2 * Ks) / 2 + Ks * np.exp(-Ks / 2) + Ks / 4) < 1e-12
-    assert rel_err(gotd, (1 + np.exp(-2 * Ks)) / 2 + np.exp(-Ks / 2) + 0.25) < 1e-12
+    assert rel_err(got2, -np.expm1(-2 * Ks) / 2 + Ks * np.exp(-Ks / 2) + Ks / 4) < 1e-14
+    assert rel_err(gotd, (1 + np.exp(-2 * Ks)) / 2 + np.exp(-Ks / 2) + 0.25) < 1e-14
     # E[cos(h)] = e^{-K/2} crosses to ~0: scale-relative (E|cos| <= 1), absolute 1e-12
     assert np.max(np.abs(expect(np.cos, Ks) - np.exp(-Ks / 2))) < 1e-12
 
