@@ -970,8 +970,8 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
             final = {n: a.detach() for n, a in scales.items()}
         after = _estimate(twin, first, final, report_probes, _generator(seed, 2, device))
     if not converged:
-        notes.append(f"loss {loss_hist[-1]:.3g} > tol {tol:g} after {t} steps (the Hutchinson noise of "
-                     f"{n_probes} probes x batch {batch_size} sets a floor; raise n_probes/batch_size or tol)")
+        notes.append(f"loss {loss_hist[-1]:.3g} > tol {tol:g} after {t} steps: see loss_history; the noise of the "
+                     f"estimate ({n_probes} probes x batch {batch_size}) may keep the loss above tol")
     scales_f = {n: float(a) for n, a in final.items()}
     shapes = {n: list(p.shape) for n, p in model.named_parameters() if n in scales_f}
     target = model if inplace else copy.deepcopy(model)
