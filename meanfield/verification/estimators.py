@@ -22,7 +22,8 @@ Generic (any torch function; used by AutoInit on arbitrary models)
     are included, as in AutoInit eqs. 3 and 7.
 
     The Hutchinson estimator uses E_v ||J v||^2 = ||J||_F^2 for v ~ N(0, I)
-    on the input side, computed with forward-mode JVPs (``torch.func.jvp``):
+    on the input side, computed with forward-mode JVPs (the
+    ``torch.autograd.forward_ad`` API, see :func:`jvp`):
     one JVP per probe, no Jacobian is ever formed. (AutoInit eq. 7 puts the
     probe on the output side, a VJP; both are unbiased for ||J||_F^2.)
 
@@ -83,8 +84,8 @@ def hutchinson_apjn(fn: Callable[[torch.Tensor], torch.Tensor], h: torch.Tensor,
     ----------
     fn : callable
         Any torch function of one tensor (a block, a slice of a model, a
-        closure over an ``nn.Module``). It is called once per probe inside
-        ``torch.func.jvp``; modules with BatchNorm should be in the mode whose
+        closure over an ``nn.Module``). It is called once per probe with a
+        dual tensor (forward-mode AD); modules with BatchNorm should be in the mode whose
         Jacobian you want (``train()`` for batch statistics).
     h : Tensor
         The block input, batch included (e.g. shape (B, N) or (B, C, H, W)).
@@ -113,20 +114,15 @@ def hutchinson_apjn(fn: Callable[[torch.Tensor], torch.Tensor], h: torch.Tensor,
 
 
 def jvp(fn: Callable[[torch.Tensor], torch.Tensor], h: torch.Tensor, v: torch.Tensor):
-    """(fn(h), J v) by forward-mode AD.
+    """(fn(h), J v) by forward-mode AD (``torch.autograd.forward_ad`` dual numbers).
 
-    Uses ``torch.func.jvp``; functions that mutate captured state (a
-    BatchNorm module in training mode updating its running statistics) are
-    not allowed there, so they fall back to the ``torch.autograd.forward_ad``
-    dual-number API, which allows it (the running statistics are then updated
-    as in any training-mode forward pass; see :func:`batch_statistics`).
-    Both keep the autograd graph to the function's parameters.
+    The dual-number API runs ``fn`` as ordinary eager code, so modules that
+    update buffers (BatchNorm in training mode) work, and the result keeps
+    its autograd graph to the function's parameters (AutoInit differentiates
+    the estimate). It is also cheaper than ``torch.func.jvp`` for BatchNorm,
+    whose functorch decomposition is re-scripted on every call; the two give
+    the same numbers (tests/test_verification_estimators.py).
     """
-    try:
-        return torch.func.jvp(fn, (h,), (v,))
-    except RuntimeError as err:
-        if "mutate a captured Tensor" not in str(err) and "in-place" not in str(err):
-            raise
     import torch.autograd.forward_ad as fwAD
 
     with fwAD.dual_level():

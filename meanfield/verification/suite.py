@@ -576,6 +576,7 @@ def run_case(case: dict, device=None, dtype=torch.float64) -> dict:
         if kind not in KINDS:
             raise ValueError(f"unknown case kind {kind!r}; known: {', '.join(KINDS)}")
         ok, lines, data = KINDS[kind](case, dev, dtype)
+        lines = list(lines) + [f"Note: {n}" for n in case.get("notes", [])]
         expected_fail = res["expected"] == "fail"
         if ok:
             status = "xpass" if expected_fail else "pass"
