@@ -1,7 +1,8 @@
-"""ResMLP and VGG19_BN in plain torch (no torchvision, no timm), sizes configurable.
+"""ResMLP, MLP-Mixer and VGG19_BN in plain torch (no torchvision, no timm), sizes configurable.
 
-These are the two architectures of the AutoInit paper's experiments (section 4).
-Both define ``autoinit_blocks()``: the names of the submodules whose outputs
+ResMLP and VGG19_BN are the two architectures of the AutoInit paper's
+experiments (section 4); MLP-Mixer is the partial-Jacobian paper's. All define
+``autoinit_blocks()``: the names of the submodules whose outputs
 are the block outputs ``h^l`` between which AutoInit measures
 ``J^{l,l+1}``; :func:`meanfield.verification.autoinit.autoinit` uses it when
 ``blocks`` is not given.
@@ -51,10 +52,12 @@ from torch import nn
 
 __all__ = [
     "Affine",
+    "MLPMixer",
     "ResMLP",
     "ResMLPBlock",
     "VGG",
     "VGG19_CFG",
+    "mixer_s16",
     "resmlp_s12",
     "vgg19_bn",
 ]
@@ -233,6 +236,104 @@ def resmlp_s12(**kwargs):
     cfg = dict(img_size=224, patch_size=16, dim=384, depth=12, mlp_ratio=4, layerscale=0.1)
     cfg.update(kwargs)
     return ResMLP(**cfg)
+
+
+class _MixerMLP(nn.Module):
+    def __init__(self, dim, hidden, activation):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = _activation(activation)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class MixerTokenMixing(nn.Module):
+    """``x + MLP_over_patches(LayerNorm(x))`` (MLP-Mixer's token-mixing sub-block)."""
+
+    def __init__(self, num_patches, dim, hidden, activation):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.mlp = _MixerMLP(num_patches, hidden, activation)
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x).transpose(1, 2)).transpose(1, 2)
+
+
+class MixerChannelMixing(nn.Module):
+    """``x + MLP_over_channels(LayerNorm(x))`` (MLP-Mixer's channel-mixing sub-block)."""
+
+    def __init__(self, dim, hidden, activation):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.mlp = _MixerMLP(dim, hidden, activation)
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
+
+
+class MixerBlock(nn.Module):
+    def __init__(self, num_patches, dim, tokens_hidden, channels_hidden, activation):
+        super().__init__()
+        self.token = MixerTokenMixing(num_patches, dim, tokens_hidden, activation)
+        self.channel = MixerChannelMixing(dim, channels_hidden, activation)
+
+    def forward(self, x):
+        return self.channel(self.token(x))
+
+
+class MLPMixer(nn.Module):
+    """MLP-Mixer (Tolstikhin et al. 2021) image classifier; ``mixer_s16()`` gives Mixer-S/16.
+
+    Patch embedding -> ``depth`` blocks of (token mixing, channel mixing), each
+    ``x + MLP(LayerNorm(x))`` -> LayerNorm -> mean over patches -> Linear head.
+    ``autoinit_blocks()``: the embedding and every residual sub-block (the head
+    is left out, as for :class:`ResMLP`). Parameters as for :class:`ResMLP`,
+    with ``tokens_hidden`` and ``channels_hidden`` the two MLP widths;
+    ``init`` is "fan_in" (default) or "torch".
+    """
+
+    def __init__(self, img_size=224, patch_size=16, in_chans=3, dim=512, depth=8, tokens_hidden=256,
+                 channels_hidden=2048, num_classes=1000, activation="gelu", init="fan_in",
+                 sigma_w=math.sqrt(2.0), sigma_b=0.0, seed=None):
+        super().__init__()
+        for name, v in [("img_size", img_size), ("patch_size", patch_size), ("in_chans", in_chans),
+                        ("dim", dim), ("depth", depth), ("tokens_hidden", tokens_hidden),
+                        ("channels_hidden", channels_hidden), ("num_classes", num_classes)]:
+            _check_int(name, v)
+        if _check_init(init) == "original":
+            raise ValueError("init='original' is not defined for MLPMixer; choose 'fan_in' or 'torch'")
+        self.img_size, self.in_chans = img_size, in_chans
+        self.stem = PatchEmbed(img_size, patch_size, in_chans, dim)
+        P = self.stem.num_patches
+        self.blocks = nn.Sequential(*[MixerBlock(P, dim, tokens_hidden, channels_hidden, activation)
+                                      for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+        if init == "fan_in":
+            gen = None if seed is None else torch.Generator().manual_seed(int(seed))
+            _fan_in_init_(self, float(sigma_w), float(sigma_b), gen)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.head(self.norm(x).mean(dim=1))
+
+    def autoinit_blocks(self):
+        names = ["stem"]
+        for i in range(len(self.blocks)):
+            names += [f"blocks.{i}.token", f"blocks.{i}.channel"]
+        return names
+
+    def example_inputs(self, batch=2, generator=None):
+        return torch.randn(batch, self.in_chans, self.img_size, self.img_size, generator=generator)
+
+
+def mixer_s16(**kwargs):
+    """Mixer-S/16: 224x224 images, 16x16 patches, d = 512, 8 blocks, MLP widths 256 / 2048."""
+    cfg = dict(img_size=224, patch_size=16, dim=512, depth=8, tokens_hidden=256, channels_hidden=2048)
+    cfg.update(kwargs)
+    return MLPMixer(**cfg)
 
 
 VGG19_CFG = (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M",
