@@ -118,3 +118,48 @@ def test_bad_input():
         th.one_step_lr(2.0, 1.0, loss="jll", lam=0.5)
     with pytest.raises(ValueError, match="steps"):
         th.relu_dynamics(2.0, 1.0, 0.1, -1)
+
+
+# --------------------------------------------------------------------------- errata evidence (AI sec. 2, app. B.2)
+# Gauss-Hermite quadrature for an erf network; the paper's expressions are written out here.
+
+def _erf_moments():
+    from scipy.special import erf
+
+    z, w = np.polynomial.hermite_e.hermegauss(120)
+    w = w / np.sqrt(2 * np.pi)
+    d1 = lambda h: 2 / np.sqrt(np.pi) * np.exp(-h * h)  # noqa: E731
+    d2 = lambda h: -2 * h * d1(h)  # noqa: E731
+    d3 = lambda h: (4 * h * h - 2) * d1(h)  # noqa: E731
+    E = lambda f, K: float(np.sum(w * f(np.sqrt(K) * z)))  # noqa: E731
+    return erf, d1, d2, d3, E
+
+
+def test_erratum_chi_definitions_in_section_2():
+    """chi_K = sigma^2 d E[phi^2]/dK = sigma^2 E[phi'^2 + phi phi''] (printed: E[phi' phi'' + phi phi''']);
+    chi_Delta = sigma^2 d E[phi'^2]/dK = sigma^2 E[phi''^2 + phi' phi'''] as in eq. 26
+    (printed after eq. 15: E[phi'' phi''' + phi' phi'''])."""
+    phi, d1, d2, d3, E = _erf_moments()
+    K, e = 0.7, 1e-6
+    dK_phi2 = (E(lambda h: phi(h) ** 2, K + e) - E(lambda h: phi(h) ** 2, K - e)) / (2 * e)
+    dK_d1sq = (E(lambda h: d1(h) ** 2, K + e) - E(lambda h: d1(h) ** 2, K - e)) / (2 * e)
+    assert E(lambda h: d1(h) ** 2 + phi(h) * d2(h), K) == pytest.approx(dK_phi2, rel=1e-7)
+    assert E(lambda h: d1(h) * d2(h) + phi(h) * d3(h), K) != pytest.approx(dK_phi2, rel=0.1)  # printed chi_K
+    assert E(lambda h: d2(h) ** 2 + d1(h) * d3(h), K) == pytest.approx(dK_d1sq, rel=1e-7)  # eq. 26
+    assert E(lambda h: d2(h) * d3(h) + d1(h) * d3(h), K) != pytest.approx(dK_d1sq, rel=0.1)  # printed after eq. 15
+
+
+def test_erratum_eq27_factor_two():
+    """d log J^{l+1,l+2} / d a_W^{l+1} = 2 chi_Delta K^{l+1} / (a J) (sigma_b = 0); eq. 27 (and 15) print 4."""
+    phi, d1, d2, d3, E = _erf_moments()
+    sw, K0 = 1.3, 0.8
+
+    def logJ(a):
+        K1 = (a * sw) ** 2 * E(lambda h: phi(h) ** 2, K0)
+        return np.log(sw**2 * E(lambda h: d1(h) ** 2, K1)), K1
+
+    e = 1e-6
+    num = (logJ(1 + e)[0] - logJ(1 - e)[0]) / (2 * e)
+    lj, K1 = logJ(1.0)
+    chi_delta = sw**2 * E(lambda h: d2(h) ** 2 + d1(h) * d3(h), K1)
+    assert num == pytest.approx(2 * chi_delta * K1 / np.exp(lj), rel=1e-6)

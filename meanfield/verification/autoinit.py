@@ -33,7 +33,7 @@ Blocks and the index range of the losses
     A block output must be a tensor with the batch as its first axis, and
     ``h^{l+1}`` must depend on earlier activations only through ``h^l``
     (feed-forward blocks, paper eq. 1). Automatic ``blocks``: a model's own
-    ``autoinit_blocks()`` (the package's ResMLP and VGG define it); an
+    ``autoinit_blocks()`` (the package's ResMLP, MLP-Mixer and VGG define it); an
     ``nn.Sequential`` model's children that carry parameters (Linear, Conv,
     composite blocks; normalisation layers and parameter-free layers are part
     of the block they follow); otherwise the largest ``nn.Sequential`` /
@@ -68,6 +68,13 @@ Learning rate
     each step sends every ``J^{l,l+1}`` to 1 up to the estimator's noise.
     Other models: ``DEFAULT_LR`` (0.03, the paper's ResMLP value).
 
+Noise
+    The loss is built from a Monte-Carlo estimate, so it has a floor set by
+    ``n_probes`` and ``batch_size``; ``tol`` below that floor runs all
+    ``steps``. ``average=k`` returns the mean of the last k iterates of the
+    ``a`` instead of the last one (not in the paper; useful where the
+    per-step estimate is noisy, e.g. BatchNorm at small spatial size).
+
 Not differentiable things (ReLU patterns, max-pool choices) give zero
 gradients, as in the paper; ``a`` of parameters that cannot change any
 ``J`` or ``K`` stay at 1.
@@ -81,7 +88,7 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Iterable, Mapping
 
 import numpy as np
 import torch
@@ -109,7 +116,7 @@ __all__ = [
 ]
 
 DEFAULT_LR = 0.03
-LOSSES = ("jll", "jsl", "jkl")
+LOSSES = _theory.LOSSES
 MODES = ("rescale", "freeze")
 SCALES_FORMAT = "meanfield.autoinit.scales"
 
