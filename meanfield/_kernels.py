@@ -1,10 +1,12 @@
 """Solver kernels (numba), compiled once for every architecture.
 
-Each kernel takes ``fns``, the tuple of compiled expression functions of one
-architecture (:data:`meanfield.numeric.FUNCTIONS`, each a numba ``cfunc``
-``f(K, K12, W, T, mu, eps) -> float``), as a first-class function argument.
-The kernels are therefore compiled (and cached on disk by numba) once, and an
-architecture only costs the compilation of its own small expressions.
+Each kernel takes ``fns``, the compiled expressions of one architecture as a
+single numba ``cfunc`` ``fns(which, K, K12, W, T, mu, eps) -> float`` that
+evaluates expression number ``which`` (:data:`meanfield._fnindex.FUNCTIONS`),
+as a first-class function argument. The kernels are therefore compiled (and
+cached on disk by numba) once, and an architecture only costs the
+compilation of its own expressions. (One function argument rather than a
+tuple of sixteen keeps the kernels' compile time down.)
 
 W = sigma_w**2 and T = sigma_b**2 throughout; K12 (``Q`` here) is the
 cross-covariance of two equal-norm inputs, which feeds back only for
@@ -52,7 +54,7 @@ def _isfinite(x):
 @njit(**_JIT)
 def g1(fns, K, Q, W, T, mu, eps):
     """F(K) - K for the one-input state."""
-    return fns[KERNEL](K, Q, W, T, mu, eps) - K
+    return fns(KERNEL, K, Q, W, T, mu, eps) - K
 
 
 @njit(**_JIT)
@@ -282,7 +284,7 @@ def fixed_point1_iterate(fns, K0, Q, W, T, mu, eps, maxiter):
                 root = _brent(0, Kn, K, gn, g, fns, Q, W, T, mu, eps)
             else:
                 root = _brent(0, K, Kn, g, gn, fns, Q, W, T, mu, eps)
-            if fns[CHI_K](root, Q, W, T, mu, eps) < -1.0:
+            if fns(CHI_K, root, Q, W, T, mu, eps) < -1.0:
                 return root, ST_CYCLE
             return root, ST_OK
         K, g = Kn, gn
@@ -304,8 +306,8 @@ def fixed_point2(fns, K0, Q0, W, T, mu, eps, maxiter):
     rK_old, rQ_old = math.nan, math.nan
     steady = 0
     for n in range(maxiter):
-        Kn = fns[KERNEL](K, Q, W, T, mu, eps)
-        Qn = fns[KERNEL12](K, Q, W, T, mu, eps)
+        Kn = fns(KERNEL, K, Q, W, T, mu, eps)
+        Qn = fns(KERNEL12, K, Q, W, T, mu, eps)
         if not (_isfinite(Kn) and _isfinite(Qn)):
             if K > 1e150:
                 return math.inf, math.inf, ST_INF, math.nan, math.nan
@@ -381,8 +383,8 @@ def fixed_point_many(fns, pair, K0, Q0, W, T, mu, eps, maxiter, outK, outQ, outS
         outQ[i] = Q
         outS[i] = st
         if st == ST_OK or st == ST_INF:
-            outX[i] = fns[CHI_J](Kf, Qf, W[i], T[i], mu, eps)
-            outC[i] = fns[CHI_K](Kf, Qf, W[i], T[i], mu, eps)
+            outX[i] = fns(CHI_J, Kf, Qf, W[i], T[i], mu, eps)
+            outC[i] = fns(CHI_K, Kf, Qf, W[i], T[i], mu, eps)
         else:
             outX[i] = math.nan
             outC[i] = math.nan
@@ -422,10 +424,10 @@ def profile(fns, pair, K0, Q0, W, T, mu, eps, outK, outQ, outX):
     for l in range(outK.shape[0]):
         outK[l] = K
         outQ[l] = Q
-        outX[l] = fns[CHI_J](K, Q, W, T, mu, eps)
-        Kn = fns[KERNEL](K, Q, W, T, mu, eps)
+        outX[l] = fns(CHI_J, K, Q, W, T, mu, eps)
+        Kn = fns(KERNEL, K, Q, W, T, mu, eps)
         if pair:
-            Q = fns[KERNEL12](K, Q, W, T, mu, eps)
+            Q = fns(KERNEL12, K, Q, W, T, mu, eps)
         K = Kn
 
 
@@ -439,7 +441,7 @@ def depth_samples(fns, pair, K0, Q0, W, T, mu, eps, layers, outK, outlogJ, outX)
     n = layers.shape[0]
     l = 1
     while j < n:
-        X = fns[CHI_J](K, Q, W, T, mu, eps)
+        X = fns(CHI_J, K, Q, W, T, mu, eps)
         while j < n and layers[j] == l:
             outK[j] = K
             outlogJ[j] = s
@@ -449,9 +451,9 @@ def depth_samples(fns, pair, K0, Q0, W, T, mu, eps, layers, outK, outlogJ, outX)
         t = s + y
         c = (t - s) - y
         s = t
-        Kn = fns[KERNEL](K, Q, W, T, mu, eps)
+        Kn = fns(KERNEL, K, Q, W, T, mu, eps)
         if pair:
-            Q = fns[KERNEL12](K, Q, W, T, mu, eps)
+            Q = fns(KERNEL12, K, Q, W, T, mu, eps)
         K = Kn
         l += 1
 
@@ -480,7 +482,7 @@ def h_line(fns, pair, mode, v, fixed, mu, eps):
     K, Q, st, Kf, Qf = reached(fns, pair, W, T, mu, eps)
     if st != ST_OK and st != ST_INF:
         return math.nan
-    return fns[CHI_J](Kf, Qf, W, T, mu, eps) - 1.0
+    return fns(CHI_J, Kf, Qf, W, T, mu, eps) - 1.0
 
 
 @njit(**_JIT)
@@ -534,7 +536,7 @@ def _mid(kind, x, fns, pair, i0, p1, p2, p3):
     T = _T_for(fns, p1, x, p2, p3)
     if not _isfinite(T):
         return math.nan
-    return fns[CHI_J](p1, 0.0, x, T, p2, p3) - 1.0
+    return fns(CHI_J, p1, 0.0, x, T, p2, p3) - 1.0
 
 
 @njit(**_JIT)
@@ -614,7 +616,7 @@ def _solve2(a11, a12, a21, a22, b1, b2):
 
 @njit(**_JIT)
 def _resid2(fns, K, W, T, mu, eps):
-    return g1(fns, K, 0.0, W, T, mu, eps), fns[CHI_J](K, 0.0, W, T, mu, eps) - 1.0
+    return g1(fns, K, 0.0, W, T, mu, eps), fns(CHI_J, K, 0.0, W, T, mu, eps) - 1.0
 
 
 @njit(**_JIT)
@@ -629,12 +631,12 @@ def newton_line(fns, mode, K, W, T, mu, eps):
         if not (_isfinite(r1) and _isfinite(r2)):
             return K, W, T, False
         n0 = abs(r1) / max(1.0, K) + abs(r2)
-        a11 = fns[CHI_K](K, 0.0, W, T, mu, eps) - 1.0
-        a21 = fns[DX_DK](K, 0.0, W, T, mu, eps)
-        aW1 = fns[DK_DW](K, 0.0, W, T, mu, eps)
-        aW2 = fns[DX_DW](K, 0.0, W, T, mu, eps)
-        aT1 = fns[DK_DT](K, 0.0, W, T, mu, eps)
-        aT2 = fns[DX_DT](K, 0.0, W, T, mu, eps)
+        a11 = fns(CHI_K, K, 0.0, W, T, mu, eps) - 1.0
+        a21 = fns(DX_DK, K, 0.0, W, T, mu, eps)
+        aW1 = fns(DK_DW, K, 0.0, W, T, mu, eps)
+        aW2 = fns(DX_DW, K, 0.0, W, T, mu, eps)
+        aT1 = fns(DK_DT, K, 0.0, W, T, mu, eps)
+        aT2 = fns(DX_DT, K, 0.0, W, T, mu, eps)
         if mode == 0:
             dx, dy = _solve2(a11, aT1, a21, aT2, -r1, -r2)
         elif mode == 1:
@@ -679,7 +681,7 @@ def _accept_line(fns, pair, mode, fixed, K, v, mu, eps):
     if not (v >= 0.0):
         return False
     W, T = _wt(mode, v, fixed)
-    if fns[CHI_K](K, 0.0, W, T, mu, eps) > 1.0 + 1e-9:
+    if fns(CHI_K, K, 0.0, W, T, mu, eps) > 1.0 + 1e-9:
         return False
     Kr, Q, st, Kf, Qf = reached(fns, pair, W, T, mu, eps)
     if st != ST_OK or abs(Kr - K) > 1e-9 * max(1.0, K):
@@ -753,7 +755,7 @@ def parametric_robust(fns, K, mu, eps):
         if _isfinite(h_prev) and (h > 0.0) != (h_prev > 0.0):
             W = _illinois(1, v_prev, v, h_prev, h, fns, False, 0, K, mu, eps)
             T = _T_for(fns, K, W, mu, eps)
-            if _isfinite(T) and abs(fns[CHI_J](K, 0.0, W, T, mu, eps) - 1.0) <= 1e-8:
+            if _isfinite(T) and abs(fns(CHI_J, K, 0.0, W, T, mu, eps) - 1.0) <= 1e-8:
                 return W, T, True
         v_prev, h_prev = v, h
     return math.nan, math.nan, False
@@ -792,17 +794,17 @@ def newton_point(fns, K, W, T, mu, eps):
     b = np.empty(3)
     for _ in range(80):
         b[0] = -g1(fns, K, 0.0, W, T, mu, eps)
-        b[1] = 1.0 - fns[CHI_J](K, 0.0, W, T, mu, eps)
-        b[2] = 1.0 - fns[CHI_K](K, 0.0, W, T, mu, eps)
+        b[1] = 1.0 - fns(CHI_J, K, 0.0, W, T, mu, eps)
+        b[2] = 1.0 - fns(CHI_K, K, 0.0, W, T, mu, eps)
         a[0, 0] = -b[2]
-        a[0, 1] = fns[DK_DW](K, 0.0, W, T, mu, eps)
-        a[0, 2] = fns[DK_DT](K, 0.0, W, T, mu, eps)
-        a[1, 0] = fns[DX_DK](K, 0.0, W, T, mu, eps)
-        a[1, 1] = fns[DX_DW](K, 0.0, W, T, mu, eps)
-        a[1, 2] = fns[DX_DT](K, 0.0, W, T, mu, eps)
-        a[2, 0] = fns[DC_DK](K, 0.0, W, T, mu, eps)
-        a[2, 1] = fns[DC_DW](K, 0.0, W, T, mu, eps)
-        a[2, 2] = fns[DC_DT](K, 0.0, W, T, mu, eps)
+        a[0, 1] = fns(DK_DW, K, 0.0, W, T, mu, eps)
+        a[0, 2] = fns(DK_DT, K, 0.0, W, T, mu, eps)
+        a[1, 0] = fns(DX_DK, K, 0.0, W, T, mu, eps)
+        a[1, 1] = fns(DX_DW, K, 0.0, W, T, mu, eps)
+        a[1, 2] = fns(DX_DT, K, 0.0, W, T, mu, eps)
+        a[2, 0] = fns(DC_DK, K, 0.0, W, T, mu, eps)
+        a[2, 1] = fns(DC_DW, K, 0.0, W, T, mu, eps)
+        a[2, 2] = fns(DC_DT, K, 0.0, W, T, mu, eps)
         if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
             return K, W, T, False
         det = np.linalg.det(a)
@@ -818,8 +820,8 @@ def newton_point(fns, K, W, T, mu, eps):
         K, W, T = K1, W1, T1
         if small:
             return K, W, T, True
-    r = (abs(g1(fns, K, 0.0, W, T, mu, eps)) + abs(fns[CHI_J](K, 0.0, W, T, mu, eps) - 1.0)
-         + abs(fns[CHI_K](K, 0.0, W, T, mu, eps) - 1.0))
+    r = (abs(g1(fns, K, 0.0, W, T, mu, eps)) + abs(fns(CHI_J, K, 0.0, W, T, mu, eps) - 1.0)
+         + abs(fns(CHI_K, K, 0.0, W, T, mu, eps) - 1.0))
     return K, W, T, r <= 1e-12
 
 
@@ -832,9 +834,9 @@ def g_grid(fns, Ks, Q, W, T, mu, eps, out):
 
 @njit(**_JIT)
 def expr_grid(fns, which, K, Q, W, T, mu, eps, out):
-    """fns[which] evaluated elementwise over flat arrays K, Q, W, T."""
+    """Expression number ``which`` evaluated elementwise over flat arrays K, Q, W, T."""
     for i in range(K.shape[0]):
-        out[i] = fns[which](K[i], Q[i], W[i], T[i], mu, eps)
+        out[i] = fns(which, K[i], Q[i], W[i], T[i], mu, eps)
 
 
 @njit(**_JIT)
@@ -875,7 +877,7 @@ def line_from_table(fns, Wq, Ks, Wt, Tt, St, mu, eps, outv, outK, outS):
             T1 = max(T1, 0.0)
             if T1 >= best_T:
                 continue
-            if fns[CHI_K](K1, 0.0, W, T1, mu, eps) > 1.0 + 1e-9:
+            if fns(CHI_K, K1, 0.0, W, T1, mu, eps) > 1.0 + 1e-9:
                 continue
             Kr, Q, st, Kf, Qf = reached(fns, False, W, T1, mu, eps)
             if st != ST_OK or abs(Kr - K1) > 1e-9 * max(1.0, K1):

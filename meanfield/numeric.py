@@ -7,15 +7,15 @@ expressions of :func:`meanfield.recursion` (``kernel``, ``kernel12``,
 ``W = sigma_w**2`` and ``T = sigma_b**2`` (the calculus only ever uses the
 squares), adds the partial derivatives the solvers need (:data:`FUNCTIONS`),
 prints each one as Python source with the ``math`` module (after common
-subexpression elimination) and compiles it to a numba ``cfunc`` with the
-signature
+subexpression elimination) and compiles it with numba, behind one ``cfunc``
 
-    f(K, K12, W, T, mu, eps) -> float
+    fns(which, K, K12, W, T, mu, eps) -> float
 
-(``mu`` and ``eps`` stay runtime arguments, so one compilation serves every
-residual strength and LayerScale). The solver kernels of
-:mod:`meanfield._kernels` take the tuple of these cfuncs as a first-class
-function argument, so they are compiled once for all architectures.
+that evaluates function number ``which`` (``mu`` and ``eps`` stay runtime
+arguments, so one compilation serves every residual strength and
+LayerScale). The solver kernels of :mod:`meanfield._kernels` take that
+cfunc as a first-class function argument, so they are compiled once for
+all architectures.
 
 Unevaluated Gaussian expectations (activations without closed forms) become
 calls to numba quadratures over the exp-sinh rule of
@@ -106,8 +106,19 @@ from ._fnindex import FUNCTIONS  # noqa: E402
 # ---------------------------------------------------------------------------
 # Code generation.
 # ---------------------------------------------------------------------------
-_JIT = 'njit(cache=True, error_model="numpy", nogil=True)'
+_JIT = 'njit(error_model="numpy", nogil=True)'
 _CFUNC = 'cfunc(_SIG, cache=True, error_model="numpy", nopython=True)'
+
+
+def _dispatcher() -> list:
+    """The single cfunc the kernels call: fns(which, K, K12, W, T, mu, eps)."""
+    params = ", ".join(str(a) for a in ARGS)
+    lines = [f"@{_CFUNC}", f"def FNS(which, {params}):"]
+    for i, name in enumerate(FUNCTIONS):
+        lines.append(f"    {'if' if i == 0 else 'elif'} which == {i}:")
+        lines.append(f"        return {name}({params})")
+    lines += ["    return math.nan", ""]
+    return lines
 
 
 class _Printer(PythonCodePrinter):
@@ -226,7 +237,7 @@ class _Gen:
             expr = expr.xreplace(repl)
         replacements, (reduced,) = sp.cse([expr], symbols=sp.numbered_symbols("_c"))
         params = ", ".join(str(a) for a in ARGS)
-        out = [f"@{_CFUNC}", f"def {name}({params}):"]
+        out = [f"@{_JIT}", f"def {name}({params}):"]
         for sym, sub in replacements:
             out.append(f"    {sym} = {self.doprint(sub)}")
         code = self.doprint(reduced)
@@ -244,10 +255,10 @@ def _rule_digest() -> str:
 def generate_source(arch) -> str:
     """The Python source of the compiled expressions of ``arch``.
 
-    The module defines one numba ``cfunc`` per name in :data:`FUNCTIONS`
-    (signature ``float64(K, K12, W, T, mu, eps)``) and ``FNS``, the tuple of
-    them in that order, which the solver kernels of :mod:`meanfield._kernels`
-    take as their first argument.
+    The module defines one njit function per name in :data:`FUNCTIONS`
+    (``f(K, K12, W, T, mu, eps)``) and ``FNS(which, K, K12, W, T, mu, eps)``,
+    a numba ``cfunc`` evaluating function number ``which``, which the solver
+    kernels of :mod:`meanfield._kernels` take as their first argument.
     """
     arch = as_architecture(arch)
     exprs = _expressions(recursion(arch))
@@ -264,11 +275,10 @@ def generate_source(arch) -> str:
         "from meanfield.gaussian import RULE_U as _RU, RULE_W as _RW",
         "",
         "_NQ = _RU.shape[0]",
-        "_SIG = types.float64(*([types.float64] * 6))",
+        "_SIG = types.float64(types.int64, *([types.float64] * 6))",
         "",
     ]
-    footer = ["FNS = (" + ", ".join(FUNCTIONS) + ",)", ""]
-    return "\n".join(header + gen.lines + footer)
+    return "\n".join(header + gen.lines + _dispatcher())
 
 
 # ---------------------------------------------------------------------------
@@ -312,7 +322,15 @@ def _key(arch: Architecture) -> str:
     return h.hexdigest()[:24]
 
 
+def _canonical(arch: Architecture) -> Architecture:
+    """The architecture with mu and eps at fixed values: they are runtime arguments of the
+    compiled code, so every residual strength and LayerScale shares one module."""
+    # (activation_params are already applied to the Activation object)
+    return arch.with_(mu=1.0 if arch.residual else None, eps=0.1, activation_params=())
+
+
 def _load(arch: Architecture):
+    arch = _canonical(arch)
     modname = f"meanfield_expr_{_key(arch)}"
     if modname in sys.modules:
         return sys.modules[modname]
@@ -353,8 +371,8 @@ def quiet_numba():
 class CompiledRecursion:
     """The compiled expressions of one architecture, ready for the solver kernels.
 
-    ``fns`` is the tuple of numba cfuncs in :data:`FUNCTIONS` order
-    (``f(K, K12, W, T, mu, eps)``); ``mu`` and ``eps`` are the architecture's
+    ``fns`` is the numba cfunc ``fns(which, K, K12, W, T, mu, eps)`` over
+    the functions of :data:`FUNCTIONS`; ``mu`` and ``eps`` are the architecture's
     values (0 where it has none); ``pair`` says whether K12 feeds back
     (BatchNorm). ``call(kernel_name, *args)`` runs a kernel of
     :mod:`meanfield._kernels` on these expressions.
@@ -392,10 +410,15 @@ _PAIRED = frozenset({"fixed_point", "fixed_point_many", "profile", "depth_sample
                      "line_robust", "critical_line_many"})
 
 
+@lru_cache(maxsize=64)
+def _module(canonical: Architecture):
+    with _LOCK:
+        return _load(canonical)
+
+
 @lru_cache(maxsize=128)
 def _compiled(arch: Architecture) -> CompiledRecursion:
-    with _LOCK:
-        module = _load(arch)
+    module = _module(_canonical(arch))
     rec = recursion(arch)
     pair = S.K12 in rec.state
     mu = float(arch.mu) if arch.mu is not None else 0.0
