@@ -209,6 +209,22 @@ def test_mp_smooth2_reference_is_accurate(mp_smooth2):
     assert abs(coarse - fine) < 1e-14 * abs(fine)
 
 
+def test_expect2_kinks_at_zero_any_variances():
+    # the inner rule is centred where v = 0: ReLU products are exact (arc-cosine
+    # kernel, Cho & Saul 2009) even for very different variances. The values go
+    # to 0 at rho = -1: errors against the scales E[relu^2]^(1/2)... = sqrt(K1 K2)/2 and 1/2
+    for k1, k2 in ((1.0, 1.0), (1e-3, 1e3), (1e-6, 1e6), (5.0, 0.2)):
+        for rho in (-0.99, -0.5, 0.0, 0.3, 0.9, 0.99):
+            th = np.arccos(rho)
+            k12 = rho * np.sqrt(k1 * k2)
+            got = expect2(lambda u, v: np.maximum(u, 0) * np.maximum(v, 0), k1, k2, k12)
+            ref = np.sqrt(k1 * k2) / (2 * np.pi) * (np.sin(th) + (np.pi - th) * rho)
+            assert abs(got - ref) < 1e-14 * np.sqrt(k1 * k2) / 2, (k1, k2, rho)
+            got = expect2(lambda u, v: (u > 0) * (v > 0) * 1.0, k1, k2, k12)
+            ref = (np.pi - th) / (2 * np.pi)
+            assert abs(got - ref) < 1e-12 / 2, (k1, k2, rho)
+
+
 def test_expect2_broadcasts_and_validates():
     out = expect2(lambda u, v: u * v, np.ones((2, 1)), np.ones((1, 3)), 0.5)
     assert out.shape == (2, 3)
