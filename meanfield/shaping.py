@@ -181,19 +181,20 @@ class LocalMaps:
             out[idx] = self.at_one(order, float(q1[idx]))
         return out.reshape(shape)[()] if not shape else out
 
-    def C_many(self, c, order=0, q1=1.0, q2=None):
+    def C_many(self, c, order=0, q1=1.0, q2=None, interpolate=True):
         """:meth:`C_derivative` for many c at one common q1 = q2 (global maps).
 
         For quadrature activations each point is a 2-D integral, so a global
-        map of depth L at n points costs L n of them. Here the map c -> C(c)
-        at that q is instead interpolated from 65 Chebyshev-Lobatto values, and
-        the interpolant is used only if it matches direct evaluations at the
-        64 interleaved points to 1e-11; otherwise (or for closed forms, or
-        varying q) the points are evaluated directly.
+        map of depth L at n points costs L n of them. With ``interpolate`` the
+        map c -> C^{(order)}(c) at that q is instead interpolated from 65
+        Chebyshev-Lobatto values (computed once per q and order), and the
+        interpolant is used only if it matches direct evaluations at the 64
+        interleaved points to 1e-11; otherwise (and for closed forms or
+        differing q) the points are evaluated directly.
         """
         q2 = q1 if q2 is None else q2
         q1a, q2a = np.asarray(q1, dtype=np.float64), np.asarray(q2, dtype=np.float64)
-        if (self._closed_form or np.size(c) < 65 or not np.all(q1a == q1a.flat[0])
+        if (not interpolate or self._closed_form or not np.all(q1a == q1a.flat[0])
                 or not np.all(q2a == q1a.flat[0])):
             return self.C_derivative(c, order, q1, q2)
         cheb = self._interpolant(order, round(float(q1a.flat[0]), 12))
@@ -500,22 +501,22 @@ def maximal_curvature(network, curvature):
 
 
 # -- global Q/C maps with q tracked ----------------------------------------------
-def _propagate(network, maps: LocalMaps, q1, q2, c, dc):
+def _propagate(network, maps: LocalMaps, q1, q2, c, dc, interpolate=False):
     if isinstance(network, Layer):
         if dc is not None:
-            dc = maps.C_many(c, 1, q1, q2) * dc
-        return maps.Q(q1), maps.Q(q2), maps.C_many(c, 0, q1, q2), dc
+            dc = maps.C_many(c, 1, q1, q2, interpolate) * dc
+        return maps.Q(q1), maps.Q(q2), maps.C_many(c, 0, q1, q2, interpolate), dc
     if isinstance(network, Affine):
         return q1, q2, c, dc
     if isinstance(network, Chain):
         for p in network.parts:
-            q1, q2, c, dc = _propagate(p, maps, q1, q2, c, dc)
+            q1, q2, c, dc = _propagate(p, maps, q1, q2, c, dc, interpolate)
         return q1, q2, c, dc
     if isinstance(network, Repeat):
         for _ in range(network.times):
-            q1, q2, c, dc = _propagate(network.part, maps, q1, q2, c, dc)
+            q1, q2, c, dc = _propagate(network.part, maps, q1, q2, c, dc, interpolate)
         return q1, q2, c, dc
-    outs = [_propagate(b, maps, q1, q2, c, dc) for b in network.branches]
+    outs = [_propagate(b, maps, q1, q2, c, dc, interpolate) for b in network.branches]
     w2 = [w * w for w in network.weights]
     Q1 = sum(a * o[0] for a, o in zip(w2, outs))
     Q2 = sum(a * o[1] for a, o in zip(w2, outs))
@@ -542,7 +543,10 @@ def global_c_map(network, activation, c, q1=1.0, q2=None, derivative=False):
     c = np.clip(np.asarray(c, dtype=np.float64), -1.0, 1.0)
     q1, q2, c = np.broadcast_arrays(np.asarray(q1, dtype=np.float64), np.asarray(q2, dtype=np.float64), c)
     dc = np.ones(c.shape) if derivative else None
-    _, _, cf, dcf = _propagate(network, maps, q1, q2, c, dc)
+    # interpolating the local map costs ~130 two-point quadratures per q: worth it
+    # when the direct route would need more
+    interpolate = nonlinear_depth(network) * c.size >= 130
+    _, _, cf, dcf = _propagate(network, maps, q1, q2, c, dc, interpolate)
     return (cf, dcf) if derivative else cf
 
 

@@ -219,3 +219,24 @@ def test_geometric_init_kernel_multipliers():
     assert not torch.allclose(model(x), y_hooked)
     with pytest.raises(ValueError, match="no nn.Linear"):
         VS.geometric_init_(nn.Sequential(nn.ReLU()))
+
+
+@pytest.mark.torch
+@needs_torch
+def test_strided_conv_extrinsic_form_uses_output_positions():
+    """SC Definition 2 prints rho_l^2 (input positions); nu = E[dW^2]/E[W^2] needs rho_{l+1}^2 (appendix C)."""
+    from meanfield.verification import scaling as VS
+
+    nus, ext, printed = [], [], []
+    for s in range(4):
+        model = nn.Sequential(nn.Conv2d(8, 32, 3, stride=3), nn.ReLU(), nn.Flatten(), nn.Linear(32 * 16, 64)).double()
+        g = torch.Generator().manual_seed(s)
+        VS.geometric_init_(model, generator=g, multipliers=False)
+        conv = VS.measure_scaling(model, lambda gen: torch.randn(16, 8, 12, 12, generator=gen, dtype=torch.float64),
+                                  generator=g, layers=[model[0]])[0]
+        assert (conv.rho2_in, conv.rho2_out, conv.kernel_area) == (144.0, 16.0, 9.0)
+        nus.append(conv.nu)
+        ext.append(conv.gamma_extrinsic)
+        printed.append(conv.gamma_extrinsic * conv.rho2_in / conv.rho2_out)
+    assert np.mean(ext) == pytest.approx(np.mean(nus), rel=0.05)
+    assert np.mean(printed) / np.mean(nus) == pytest.approx(9.0, rel=0.05)   # off by the stride^2

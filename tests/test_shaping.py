@@ -165,6 +165,17 @@ def test_maximal_curvature_matches_appendix_b5():
     for L, w in [(30, 0.8), (6, 0.9), (300, 0.0)]:
         net = S.rescaled_resnet(L, w, branch_depth=3)
         assert S.maximal_curvature(net, 0.7) == pytest.approx(max(3, L * (1 - w * w)) * 0.7, rel=1e-13)
+    # the ResNet-50/101 of B.5: pre-activation bottleneck blocks (3 combined layers per branch), one
+    # transition block per group whose shortcut holds a combined layer, a final combined layer
+    for groups, L in [((3, 4, 6, 3), 50), ((3, 4, 23, 3), 101)]:
+        w, v = 0.8, 0.6
+        branch = S.Chain((S.Layer(),) * 3 + (S.Affine(),))
+        plain = S.NormalizedSum((w, v), (S.IDENTITY, branch))
+        transition = S.NormalizedSum((w, v), (S.Chain((S.Layer(), S.Affine())), branch))
+        blocks = [transition if j == 0 else plain for n in groups for j in range(n)]
+        net = S.Chain([S.Affine(), *blocks, S.Layer(), S.Affine()])
+        assert S.nonlinear_depth(net) == L - 1 and len(blocks) == (L - 2) // 3
+        assert S.maximal_curvature(net, 1.0) == pytest.approx((L - 6) * (1 - w * w) + 5, rel=1e-13)
     # DKS maximal slope of a vanilla net: C'(1)^L
     assert S.maximal_slope(S.vanilla(7), 1.1) == pytest.approx(1.1 ** 7, rel=1e-14)
 
