@@ -111,6 +111,16 @@ def test_derivatives_at_one_match_one_point_price_identities(name, phi):
     assert maps.C(1.0) == pytest.approx(1.0, abs=1e-12)
 
 
+def test_quadrature_c_map_matches_mpmath_reference(mp_smooth2):
+    """The 2-D route (no closed form): softplus C map at unequal q against the trapezoid mpmath reference."""
+    sp_mp = lambda t: mp.log(1 + mp.exp(t))  # noqa: E731
+    q1, q2, c = 0.7, 1.6, 0.35
+    k = float(mp_smooth2(sp_mp, sp_mp, q1, q2, c * math.sqrt(q1 * q2)))
+    Q1 = float(mp_expect(lambda t: sp_mp(t) ** 2, q1, dps=20))
+    Q2 = float(mp_expect(lambda t: sp_mp(t) ** 2, q2, dps=20))
+    assert S.c_map("softplus", c, q1, q2) == pytest.approx(k / math.sqrt(Q1 * Q2), rel=1e-10)
+
+
 # ---------------------------------------------------------------------------
 # TReLU.
 # ---------------------------------------------------------------------------
