@@ -193,7 +193,8 @@ def write_readme(rows, cold, warm):
         "",
         f"`python benchmarks/critical_line.py` ({time.strftime('%Y-%m-%d')}; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}, numba {numba.__version__}, "
-        f"scipy {scipy.__version__}; one thread).",
+        f"scipy {scipy.__version__}; one thread; load average {os.getloadavg()[0]:.1f} at the end, "
+        "so absolute times are indicative, ratios are measured in the same process).",
         "",
         f"`critical_line(arch, sigma_w=...)` for {N} values of sigma_w in [0.5, 3], after a warm-up call (best of 3),",
         "against the straightforward scipy approach (quad expectations, brentq for the fixed point and for sigma_b),",
