@@ -33,7 +33,7 @@ import numpy as np
 from ..calculus import Architecture
 from ._common import ST_INF, ST_OK, prepare, variances
 from .fixed import fixed_point_state
-from .lines import _derivatives, _regime, _series
+from .lines import _derivatives, _series
 
 __all__ = ["Exponents", "exponents"]
 
@@ -205,8 +205,8 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, **arch
         # K^l relaxes exponentially; J too unless chi_J* = 1 (on the critical line: J -> const)
         if abs(chiJ - 1.0) <= 1e-7:
             L = depth or 2 ** 16
-            k0 = K if K0 is None else K0
-            l, oK, oL, oX = _samples(comp, sw * sw + sb * sb if K0 is None else K0, Q0, W, T, L)
+            k0 = sw * sw + sb * sb if K0 is None else float(K0)
+            l, oK, oL, oX = _samples(comp, k0, Q0, W, T, L)
             s = -l * np.log(oX)
             zn = _local_fit(l, s)
             return Exponents(**base, regime="critical line", zeta_K=nan, zeta=0.0, zeta_K_numeric=nan,

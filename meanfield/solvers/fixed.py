@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..calculus import Architecture
-from ._common import (DEFAULT_MAXITER, ST_INF, ST_OK, as_output, prepare, raise_for_status,
+from ._common import (DEFAULT_MAXITER, ST_INF, as_output, prepare, raise_for_status,
                       variances)
 from .._validate import check_nonnegative
 
