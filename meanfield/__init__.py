@@ -26,3 +26,19 @@ __all__ = [
     "symbols",
 ]
 __all__ += list(_solver_names)
+
+#: submodules loaded on first attribute access (``mf.shaping.tat_transform``):
+#: shaping and scaling are pure maths; verification imports torch.
+_LAZY_SUBMODULES = ("shaping", "scaling", "verification")
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'meanfield' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))

@@ -78,21 +78,33 @@ __all__ = [
 # ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Signal:
-    """Infinite-width statistics of a layer's output for a pair of equal-norm inputs.
+    """Infinite-width statistics of one element of a layer's output, and of a pair.
 
-    K : E[h(x)^2];  K12 : E[h(x) h(x')];  mean : E[h(x)] (0 for preactivations);
-    gaussian : True for preactivations (Gaussian at infinite width).
+    K : E[h^2];  K12 : covariance of the pair;  mean : E[h] (0 for
+    preactivations);  gaussian : True for preactivations (Gaussian at
+    infinite width);  pair_axis : what the two members of the pair differ in.
+
+    ``pair_axis='batch'`` (MLP, ResMLP): the pair is two inputs x, x' of equal
+    norm, K12 = E[h(x) h(x')], what BatchNorm needs. ``pair_axis='channels'``
+    (MLP-Mixer): the pair is two channels of the same token, what the Mixer's
+    channel LayerNorm subtracts, because token-mixing weights and biases are
+    shared by all channels.
     """
 
     K: sp.Expr
     K12: sp.Expr
     mean: sp.Expr = sp.Integer(0)
     gaussian: bool = True
+    pair_axis: str = "batch"
 
     @classmethod
-    def input(cls) -> "Signal":
+    def input(cls, pair_axis: str = "batch") -> "Signal":
         """The symbolic block input: a Gaussian with kernel (K, K12)."""
-        return cls(S.K, S.K12)
+        return cls(S.K, S.K12, pair_axis=pair_axis)
+
+    def to(self, K, K12, mean=sp.Integer(0), gaussian=True) -> "Signal":
+        """A new state along the same pair axis."""
+        return Signal(K, K12, mean, gaussian, self.pair_axis)
 
 
 # ---------------------------------------------------------------------------
@@ -121,9 +133,13 @@ class Primitive:
 class Dense(Primitive):
     """Affine layer W phi + b with W ~ N(0, sigma_w^2/fan_in), b ~ N(0, sigma_b^2).
 
-    ``axis`` says what it mixes in a torch realisation ('features', or
-    'tokens' for the token-mixing layers of ResMLP and MLP-Mixer); the
-    mean-field maps are the same.
+    ``axis`` is what it mixes: 'features' (MLP), 'tokens' (the token-mixing
+    layers of ResMLP and MLP-Mixer) or 'channels' (the Mixer's channel MLP).
+    K -> sigma_w^2 K + sigma_b^2 in every case. The pair covariance depends on
+    whether the two members share the layer's weights: if the layer mixes
+    along the pair's own axis, the two are different output rows with
+    independent weights and biases, so K12 -> 0; otherwise they share W and b
+    and K12 -> sigma_w^2 K12 + sigma_b^2.
     """
 
     sigma_w: sp.Expr = S.sigma_w
@@ -135,7 +151,10 @@ class Dense(Primitive):
         check_real("sigma_b", self.sigma_b, minimum=0)
 
     def forward(self, s):
-        return Signal(self.sigma_w**2 * s.K + self.sigma_b**2, self.sigma_w**2 * s.K12 + self.sigma_b**2)
+        K = self.sigma_w**2 * s.K + self.sigma_b**2
+        if self.axis == s.pair_axis:
+            return s.to(K, sp.Integer(0))
+        return s.to(K, self.sigma_w**2 * s.K12 + self.sigma_b**2)
 
     def chi(self, s):
         return self.sigma_w**2
@@ -150,8 +169,8 @@ class ActivationLayer(Primitive):
 
     def forward(self, s):
         _require_gaussian(self, s)
-        return Signal(self.phi.second_moment(s.K), self.phi.kernel(s.K, s.K, s.K12),
-                      self.phi.mean(s.K), gaussian=False)
+        return s.to(self.phi.second_moment(s.K), self.phi.kernel(s.K, s.K, s.K12),
+                    self.phi.mean(s.K), gaussian=False)
 
     def chi(self, s):
         _require_gaussian(self, s)
@@ -161,19 +180,36 @@ class ActivationLayer(Primitive):
         return self.phi.chi_delta_moment(s.K)
 
 
+def _centres_pair(norm, s: Signal) -> bool:
+    """True when a normalisation runs along the pair's own axis.
+
+    Its mean then removes the part the two members share (covariance K12),
+    and its variance is K - K12: the pair comes out uncorrelated. This is
+    BatchNorm for a pair of inputs, and the Mixer's channel LayerNorm for a
+    pair of channels.
+    """
+    return norm.axis == s.pair_axis
+
+
 @dataclass(frozen=True)
 class LayerNormPre(Primitive):
-    """LayerNorm on preactivations, h -> h / sqrt(K) at infinite width (eq. 19)."""
+    """LayerNorm on preactivations, h -> h / sqrt(K) at infinite width (eq. 19).
+
+    Along the pair axis (the Mixer's channel LayerNorm, axis='channels') it
+    centres like BatchNorm: (K, K12) -> (1, 0), chi = 1/(K - K12).
+    """
 
     axis: str = "features"
     elementwise = True
 
     def forward(self, s):
         _require_gaussian(self, s)
-        return Signal(sp.Integer(1), s.K12 / s.K)
+        if _centres_pair(self, s):
+            return s.to(sp.Integer(1), sp.Integer(0))
+        return s.to(sp.Integer(1), s.K12 / s.K)
 
     def chi(self, s):
-        return 1 / s.K
+        return 1 / (s.K - s.K12) if _centres_pair(self, s) else 1 / s.K
 
 
 @dataclass(frozen=True)
@@ -184,11 +220,15 @@ class LayerNormPost(Primitive):
     elementwise = True
 
     def forward(self, s):
+        if _centres_pair(self, s):
+            return s.to(sp.Integer(1), sp.Integer(0))
         var = s.K - s.mean**2
-        return Signal(sp.Integer(1), (s.K12 - s.mean**2) / var)
+        return s.to(sp.Integer(1), (s.K12 - s.mean**2) / var)
 
     def chi(self, s):
-        return 1 / (s.K - s.mean**2)
+        # along the pair axis the shared part (second moment K12, which
+        # includes E[phi]^2) is what the mean removes
+        return 1 / (s.K - s.K12) if _centres_pair(self, s) else 1 / (s.K - s.mean**2)
 
 
 @dataclass(frozen=True)
@@ -201,11 +241,14 @@ class BatchNorm(Primitive):
     (AutoInit Conjecture 3.1, eq. 23; partial-Jacobian eqs. 24-25).
     """
 
+    axis = "batch"
     elementwise = True
 
     def forward(self, s):
         _require_gaussian(self, s)
-        return Signal(sp.Integer(1), sp.Integer(0))
+        if not _centres_pair(self, s):
+            raise ValueError("BatchNorm needs the pair state of two inputs (pair_axis='batch')")
+        return s.to(sp.Integer(1), sp.Integer(0))
 
     def chi(self, s):
         return 1 / (s.K - s.K12)
@@ -221,7 +264,7 @@ class Scale(Primitive):
         check_real("eps", self.eps)
 
     def forward(self, s):
-        return Signal(self.eps**2 * s.K, self.eps**2 * s.K12, self.eps * s.mean, s.gaussian)
+        return s.to(self.eps**2 * s.K, self.eps**2 * s.K12, self.eps * s.mean, s.gaussian)
 
     def chi(self, s):
         return self.eps**2
@@ -293,7 +336,7 @@ class Residual(Primitive):
 
     def forward(self, s):
         out = self.branch.forward(s)
-        return Signal(out.K + self.mu**2 * s.K, out.K12 + self.mu**2 * s.K12)
+        return s.to(out.K + self.mu**2 * s.K, out.K12 + self.mu**2 * s.K12)
 
     def chi(self, s):
         return self.branch.chi(s) + self.mu**2
@@ -360,10 +403,16 @@ def mixer_block(phi, residual: bool = True) -> Primitive:
     Token mixing then channel mixing, each LayerNorm -> Dense -> phi -> Dense
     with a skip of strength mu:
         h' = W2 phi(W1 LN(h) + b1) + b2 + mu h
+    The LayerNorms run over the channels of each token, and the token-mixing
+    weights and biases are shared by all channels, so the state is that of a
+    pair of channels of one token (``pair_axis='channels'``): the token MLP
+    gives the pair a common part (covariance sigma_w^2 E[phi(u)phi(v)] +
+    sigma_b^2) that the next channel LayerNorm removes, chi = 1/(K - K12).
     """
     sub = Chain((LayerNormPre(axis="channels"), Dense(axis="tokens"), ActivationLayer(phi),
                  Dense(axis="tokens")))
-    sub2 = Chain((LayerNormPre(axis="channels"), Dense(), ActivationLayer(phi), Dense()))
+    sub2 = Chain((LayerNormPre(axis="channels"), Dense(axis="channels"), ActivationLayer(phi),
+                  Dense(axis="channels")))
     if residual:
         return Chain((Residual(sub), Residual(sub2)))
     return Chain(sub.layers + sub2.layers)
@@ -439,8 +488,28 @@ class Architecture:
 
     @property
     def needs_pair(self) -> bool:
-        """True when one input's statistics depend on a second input's (BatchNorm)."""
-        return self.norm == "bn"
+        """True when the pair covariance K12 feeds back into K or chi_J.
+
+        BatchNorm (a pair of inputs) and the MLP-Mixer (a pair of channels).
+        """
+        return self.norm == "bn" or self.block == "mixer"
+
+    @property
+    def pair_axis(self) -> str:
+        """What the two members of the pair state differ in: 'batch' or 'channels' (Mixer)."""
+        return "channels" if self.block == "mixer" else "batch"
+
+    def initial_pair_covariance(self, sigma_w, sigma_b, input_overlap=0.0):
+        """K12 at the first layer's output h^1 (default for the solvers' ``K12_0``).
+
+        Two unit-norm inputs with overlap x.x'/N0 = ``input_overlap`` share the
+        first layer's W and b: K12^1 = sigma_w^2 overlap + sigma_b^2. Two
+        channels of the Mixer's per-token input layer have independent rows
+        and biases: K12^1 = 0.
+        """
+        if self.pair_axis == "channels":
+            return 0.0 * (sigma_w + sigma_b)
+        return sigma_w**2 * input_overlap + sigma_b**2
 
     def block_spec(self) -> Primitive:
         """The block as a tree of primitives (symbolic parameters)."""

@@ -394,6 +394,8 @@ class GaussianExpectation(sp.Function):
         if body.is_polynomial(var):
             poly = sp.Poly(body, var)
             return sp.Add(*[c * _gaussian_moment(m[0], K) for m, c in zip(poly.monoms(), poly.coeffs())])
+        if sp.expand(body.subs(var, -var) + body) == 0:  # odd integrand, symmetric Gaussian
+            return sp.Integer(0)
         return None
 
     def fdiff(self, argindex=2):
@@ -431,8 +433,18 @@ class GaussianExpectation2(sp.Function):
 
     @classmethod
     def eval(cls, f, K1, K2, K12):
-        if isinstance(f, sp.Lambda) and not f.expr.has(*f.variables):
+        if not isinstance(f, sp.Lambda):
+            return None
+        if not f.expr.has(*f.variables):
             return f.expr
+        if K12 == 0:
+            # uncorrelated Gaussians are independent: a product integrand factorises
+            a, b = f.variables
+            parts = sp.Mul.make_args(f.expr)
+            fa = sp.Mul(*[p for p in parts if not p.has(b)])
+            fb = sp.Mul(*[p for p in parts if p.has(b)])
+            if not fb.has(a):
+                return GaussianExpectation(sp.Lambda(a, fa), K1) * GaussianExpectation(sp.Lambda(b, fb), K2)
         return None
 
     def fdiff(self, argindex=4):

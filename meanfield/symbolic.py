@@ -256,7 +256,7 @@ class Recursion:
 @lru_cache(maxsize=256)
 def _recursion(arch: Architecture) -> Recursion:
     block = arch.block_spec()
-    s_in = Signal.input()
+    s_in = Signal.input(arch.pair_axis)
     out = block.forward(s_in)
     chi_J = block.chi(s_in)
     return Recursion(arch, out.K, out.K12, chi_J, sp.diff(out.K, S.K), block.chi_delta(s_in))
@@ -324,4 +324,15 @@ def lambdify(args, expr):
     args = [getattr(S, a) if isinstance(a, str) else a for a in args]
     several = isinstance(expr, (list, tuple))
     exprs, namespace = _numeric_expectations(list(expr) if several else [expr])
-    return sp.lambdify(args, exprs if several else exprs[0], modules=[namespace, "numpy", "scipy"])
+    raw = sp.lambdify(args, exprs, modules=[namespace, "numpy", "scipy"])
+
+    def evaluate(*values):
+        # an expression that does not depend on every argument (a constant,
+        # say) still returns an array of the broadcast shape
+        shape = np.broadcast_shapes(*(np.shape(v) for v in values))
+        outs = [np.broadcast_to(np.asarray(o, dtype=np.float64), shape).copy() for o in raw(*values)]
+        outs = [o[()] if o.ndim == 0 else o for o in outs]
+        return outs if several else outs[0]
+
+    evaluate.__doc__ = f"numpy function of ({', '.join(map(str, args))})"
+    return evaluate

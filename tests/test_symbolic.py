@@ -270,7 +270,20 @@ def test_architecture_defaults_for_resmlp_and_mixer():
     # the channel sub-block sees K1 = mu^2 K + sw^2 (sw^2 + sb^2)/2 + sb^2
     K1 = mu**2 * K + sw**2 * (sw**2 + sb**2) / 2 + sb**2
     assert same(mix.kernel, mu**2 * K1 + sw**2 * (sw**2 + sb**2) / 2 + sb**2)
-    assert same(mix.chi_J, (mu**2 + sw**4 / 2 / K) * (mu**2 + sw**4 / 2 / K1))
+    # The state is a pair of channels of one token (covariance K12). The channel
+    # LayerNorm removes their common part, so it divides by K - K12, and the
+    # token MLP (weights and bias shared by all channels) gives them a common
+    # part again: after LN and the first token Dense the pair has variance
+    # a = sw^2 + sb^2 and covariance sb^2, so by the arc-cosine kernel
+    # (Cho & Saul 2009) E[relu(u) relu(v)] = a/(2 pi) (sqrt(1 - r^2) + (pi - acos r) r), r = sb^2/a.
+    a = sw**2 + sb**2
+    r = sb**2 / a
+    E_relu_pair = a / (2 * sp.pi) * (sp.sqrt(1 - r**2) + (sp.pi - sp.acos(r)) * r)
+    K12_1 = mu**2 * K12 + sw**2 * E_relu_pair + sb**2
+    assert same(mix.chi_J, (mu**2 + sw**4 / 2 / (K - K12)) * (mu**2 + sw**4 / 2 / (K1 - K12_1)))
+    # the channel MLP has independent rows per channel: only the skip carries K12 through it
+    assert same(mix.kernel12, mu**2 * K12_1)
+    assert mix.state == (K, K12)
 
 
 # ---------------------------------------------------------------------------
@@ -424,11 +437,14 @@ def test_lambdify_nested_and_list_expressions():
     rec = mf.recursion(activation="tanh", block="mixer")
     inner = [e for e in rec.chi_J.atoms(GaussianExpectation)]
     assert inner, "mixer chi_J should contain unevaluated expectations"
-    f = lambdify(["K", "sigma_w", "sigma_b", "mu"], [rec.kernel, rec.chi_J])
-    k, cj = f(np.array([0.5, 2.0]), 1.0, 0.1, 1.0)
+    f = lambdify(["K", "K12", "sigma_w", "sigma_b", "mu"], [rec.kernel, rec.chi_J])
+    k, cj = f(np.array([0.5, 2.0]), 0.05, 1.0, 0.0, 1.0)
     assert k.shape == (2,) and cj.shape == (2,)
     # against evalf (mpmath quadrature) at one point
-    at = {K: sp.Rational(1, 2), sw: 1, sb: sp.Rational(1, 10), mu: 1}
+    # sigma_b = 0 keeps the reference affordable: channels of a token are then uncorrelated
+    # after the token Dense, so the two-point expectation factorises (mpmath 2-D quadrature
+    # costs tens of seconds a point)
+    at = {K: sp.Rational(1, 2), K12: sp.Rational(1, 20), sw: 1, sb: 0, mu: 1}
     assert abs(cj[0] - float(rec.chi_J.subs(at).evalf(20))) < 1e-13 * abs(cj[0])
     g = lambdify(["K"], GaussianExpectation(sp.Lambda(sp.Symbol("x"), sp.cos(sp.Symbol("x"))), K))
     assert abs(g(2.0) - np.exp(-1.0)) < 1e-15

@@ -47,14 +47,15 @@ class KernelProfile:
         return out
 
 
-def _initial(K0, K12_0, W, T):
+def _initial(arch, K0, K12_0, W, T):
     if K0 is None:
         K0 = W + T
     else:
         K0 = check_nonnegative("K0", K0)
     if K12_0 is None:
-        # orthogonal inputs: K12^1 = sigma_b^2 (at most K^1, for a K0 below sigma_b^2)
-        K12_0 = np.minimum(T, K0)
+        # the first layer's pair covariance: sigma_b^2 for orthogonal inputs,
+        # 0 for two channels of a Mixer token (at most K^1, for K0 below it)
+        K12_0 = np.minimum(arch.initial_pair_covariance(np.sqrt(W), np.sqrt(T)), K0)
     else:
         K12_0 = np.asarray(K12_0, dtype=np.float64)
         if not np.all(np.isfinite(K12_0)):
@@ -80,10 +81,12 @@ def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K
     K0 : float, optional
         K^1; default sigma_w^2 + sigma_b^2 (a unit-norm input).
     K12_0 : float, optional
-        K12^1 for the pair state; default sigma_b^2 (orthogonal unit-norm inputs).
+        K12^1 for the pair state; default ``arch.initial_pair_covariance``:
+        sigma_b^2 for two orthogonal unit-norm inputs, 0 for two channels of a
+        Mixer token.
     pair : bool, optional
         Also iterate K12 for architectures that do not need it (default: only
-        when the architecture needs pairs, i.e. BatchNorm).
+        when the architecture needs pairs: BatchNorm and the Mixer).
 
     Returns
     -------
@@ -99,7 +102,7 @@ def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K
     if not (isinstance(depth, (int, np.integer)) and depth >= 1):
         raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
     sw, sb, W, T = variances(sigma_w, sigma_b)
-    K0, Q0, W, T = _initial(K0, K12_0, W, T)
+    K0, Q0, W, T = _initial(arch, K0, K12_0, W, T)
     need_pair = comp.pair if pair is None else (bool(pair) or comp.pair)
     outK = np.empty(int(depth))
     outQ = np.empty(int(depth))
@@ -142,7 +145,7 @@ def fixed_point_state(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, 
     """Fixed point reached from K0 (default: the unit-norm input), with chi_J*, chi_K* there."""
     arch, comp = prepare(arch, arch_kwargs)
     sw, sb, W, T = variances(sigma_w, sigma_b)
-    K0, Q0, W, T = _initial(K0, K12_0, W, T)
+    K0, Q0, W, T = _initial(arch, K0, K12_0, W, T)
     sw, sb = np.broadcast_to(sw, W.shape), np.broadcast_to(sb, W.shape)
     if not (isinstance(maxiter, (int, np.integer)) and maxiter >= 1):
         raise ValueError(f"maxiter must be an integer >= 1, got {maxiter!r}")

@@ -65,7 +65,7 @@ def theory_profile(arch, sigma_w, sigma_b, depth, K0=None, K12_0=None):
     arch = as_architecture(arch)
     sw, sb, depth = float(sigma_w), float(sigma_b), int(depth)
     K0 = sw**2 + sb**2 if K0 is None else float(K0)
-    K12_0 = sb**2 if K12_0 is None else float(K12_0)
+    K12_0 = float(arch.initial_pair_covariance(sw, sb)) if K12_0 is None else float(K12_0)
     source = "meanfield.solvers.kernel_profile"
     try:
         from ..solvers import kernel_profile

@@ -138,7 +138,8 @@ def _common_mc_kwargs(case, device, dtype):
 def _theory_for(arch, sw, sb, depth, r):
     q = r.input_norm
     K0 = sw**2 * q + sb**2
-    K12_0 = sw**2 * q * r.input_overlap + sb**2 if r.batch > 1 and np.isfinite(r.input_overlap) else sb**2
+    overlap = r.input_overlap if r.batch > 1 and np.isfinite(r.input_overlap) else 0.0
+    K12_0 = arch.initial_pair_covariance(sw * np.sqrt(q), sb, overlap)
     return theory_profile(arch, sw, sb, depth, K0=K0, K12_0=K12_0)
 
 
