@@ -207,20 +207,67 @@ def _plot_phase_diagram(arch, sw, sb, pd, path):
 
 
 def cmd_verify(args):
-    from .verification.suite import main as suite_main
+    from .verification.__main__ import main as suite_main
 
-    argv = ["--quick"] if args.quick else []
+    argv = [] if args.full else ["--quick"]
     if args.device:
         argv += ["--device", args.device]
     if args.out:
         argv += ["--out", args.out]
+    if args.only:
+        argv += ["--only", *args.only]
     return suite_main(argv)
 
 
-def cmd_autoinit(args):
-    from .verification.autoinit import cli_autoinit
+def _autoinit_model(args):
+    """One of the package's model definitions, initialised at sigma_w (fan-in)."""
+    import torch
 
-    return cli_autoinit(args)
+    from .verification import models
+
+    if args.model == "mlp":
+        acts = {"relu": torch.nn.ReLU, "gelu": torch.nn.GELU, "tanh": torch.nn.Tanh, "silu": torch.nn.SiLU}
+        if args.activation not in acts:
+            raise UsageError(f"meanfield autoinit: --activation for --model mlp must be one of {', '.join(acts)}")
+        gen = torch.Generator().manual_seed(args.seed)
+        layers = []
+        for _ in range(args.depth):
+            lin = torch.nn.Linear(args.width, args.width)
+            with torch.no_grad():
+                lin.weight.normal_(0.0, args.sigma_w / args.width ** 0.5, generator=gen)
+                lin.bias.zero_()
+            layers += [lin, acts[args.activation]()]
+        model = torch.nn.Sequential(*layers)
+        x = torch.randn(args.batch, args.width, generator=gen)
+    elif args.model == "resmlp":
+        model = models.ResMLP(img_size=32, patch_size=8, dim=args.width, depth=args.depth, num_classes=10,
+                              activation=args.activation, init="fan_in", sigma_w=args.sigma_w, seed=args.seed)
+        x = torch.randn(args.batch, 3, 32, 32, generator=torch.Generator().manual_seed(args.seed))
+    else:
+        model = models.vgg19_bn(width=args.width / 512, num_classes=10, hidden=args.width, pool_size=1,
+                                img_size=32, init="fan_in", sigma_w=args.sigma_w, seed=args.seed)
+        x = torch.randn(args.batch, 3, 32, 32, generator=torch.Generator().manual_seed(args.seed))
+    return model, x
+
+
+def cmd_autoinit(args):
+    from .verification.autoinit import autoinit, save_scales
+
+    for name, v, lo in (("--depth", args.depth, 1), ("--width", args.width, 1), ("--steps", args.steps, 1),
+                        ("--batch", args.batch, 2)):
+        if v < lo:
+            raise UsageError(f"meanfield autoinit: {name} must be >= {lo}, got {v}")
+    model, x = _autoinit_model(args)
+    _, report = autoinit(model, x, steps=args.steps, seed=args.seed, progress=not args.json)
+    save_scales(report, args.out, model=args.model, depth=args.depth, width=args.width,
+                activation=args.activation, sigma_w=args.sigma_w, seed=args.seed)
+    summary = {"model": args.model, "out": args.out, "steps": report.steps, "converged": report.converged,
+               "J_before": report.J_before, "J_after": report.J_after}
+    text = (f"AutoInit ({args.model}): {report.steps} steps, converged={report.converged}\n"
+            f"J^(l,l+1) before: {np.array2string(np.asarray(report.J_before), precision=3)}\n"
+            f"J^(l,l+1) after:  {np.array2string(np.asarray(report.J_after), precision=3)}\n"
+            f"tuned initialisation written to {args.out}")
+    _emit(args, summary, text=text)
 
 
 # ---------------------------------------------------------------------------
@@ -275,18 +322,21 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--full", action="store_true", help="the full suite (meant for a GPU)")
     s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     s.add_argument("--out", default=None, help="output directory for the report")
+    s.add_argument("--only", nargs="*", default=None, metavar="CASE", help="run only these case ids")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("autoinit", help="tune a model to criticality with AutoInit (needs torch)",
                        description="Tune one of the package's models and write the tuned initialisation (JSON).")
-    s.add_argument("--model", default="mlp", choices=("mlp", "resmlp", "vgg"))
-    s.add_argument("--depth", type=int, default=10)
-    s.add_argument("--width", type=int, default=256)
-    s.add_argument("--activation", default="relu")
-    s.add_argument("--sigma-w", type=float, default=2.0)
-    s.add_argument("--steps", type=int, default=200)
+    s.add_argument("--model", default="mlp", choices=("mlp", "resmlp", "vgg"),
+                   help="a ReLU/GELU MLP, a small ResMLP (32x32 inputs) or a slim VGG19_BN (default mlp)")
+    s.add_argument("--depth", type=int, default=10, help="layers (mlp) or blocks (resmlp) (default 10)")
+    s.add_argument("--width", type=int, default=256, help="width / channels (default 256)")
+    s.add_argument("--activation", default="relu", help="relu, gelu, tanh or silu (default relu)")
+    s.add_argument("--sigma-w", type=float, default=2.0, help="initial weight scale, fan-in (default 2)")
+    s.add_argument("--steps", type=int, default=200, help="at most this many AutoInit steps (default 200)")
+    s.add_argument("--batch", type=int, default=16, help="inputs per step (default 16)")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--out", default="autoinit.json")
+    s.add_argument("--out", default="autoinit.json", help="where the tuned scales go (JSON)")
     _add_json(s)
     s.set_defaults(func=cmd_autoinit)
     return p
@@ -296,9 +346,6 @@ def main(argv=None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if getattr(args, "quick", False) is False and getattr(args, "full", None) is False \
-                and args.command == "verify":
-            args.quick = True
         rc = args.func(args)
         return int(rc or 0)
     except UsageError as exc:

@@ -107,3 +107,32 @@ def test_phase_diagram_writes_png_csv_json(tmp_path):
     assert counts["ordered"] > 0 and counts["chaotic"] > 0
     grid = json.loads(out.with_suffix(".json").read_text())
     assert len(grid["chi_J"]) == 9 and len(grid["chi_J"][0]) == 5
+
+
+def test_verify_runs_a_case_and_writes_the_report(tmp_path):
+    out = tmp_path / "report"
+    proc = run("verify", "--device", "cpu", "--out", str(out), "--only", "relu-critical")
+    assert "1 cases: pass 1" in proc.stdout
+    report = (out / "report.md").read_text()
+    assert "relu-critical" in report and "PASS" in report
+    results = json.loads((out / "results.json").read_text())
+    assert [r["id"] for r in results["results"]] == ["relu-critical"]
+
+
+def test_autoinit_tunes_a_relu_mlp_and_writes_scales(tmp_path):
+    out = tmp_path / "scales.json"
+    data = json.loads(run("autoinit", "--model", "mlp", "--depth", "5", "--width", "64", "--sigma-w", "3",
+                          "--steps", "60", "--out", str(out), "--json").stdout)
+    # before: ReLU chi_J = sigma_w^2 / 2 = 4.5 (PJ eq. 99), up to Monte-Carlo and width-64 noise
+    assert np.all(np.abs(np.asarray(data["J_before"]) - 4.5) < 0.25 * 4.5)
+    assert np.all(np.abs(np.asarray(data["J_after"]) - 1.0) < 0.3)
+    saved = json.loads(out.read_text())
+    assert saved["mode"] == "rescale" and saved["model"] == "mlp"
+    # the ReLU weight scales that make sigma_w^2 a^2 / 2 = 1: a = sqrt(2)/3 = 0.471
+    w = [v for k, v in saved["scales"].items() if k.endswith("weight") and k != "0.weight"]
+    assert np.allclose(w, np.sqrt(2) / 3, rtol=0.15)
+
+
+def test_autoinit_bad_option_is_a_usage_error():
+    proc = run("autoinit", "--steps", "0", check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--steps" in proc.stderr
