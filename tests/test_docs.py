@@ -53,3 +53,9 @@ def test_howto_code_blocks_run():
             exec(compile(code, f"docs/howto.md[block {i}]", "exec"), namespace)
         except Exception as exc:  # pragma: no cover - the message is the point
             raise AssertionError(f"docs/howto.md block {i} failed: {exc!r}\n{code}") from exc
+
+
+def test_readme_tour_runs():
+    """The README's first Python block (the core tour, no torch) runs as printed."""
+    code = re.findall(r"```python\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)[0]
+    exec(compile(code, "README.md[tour]", "exec"), {})
