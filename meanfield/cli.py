@@ -111,10 +111,27 @@ def cmd_recursion(args):
         print(rec)
 
 
+def _g(v) -> str:
+    return f"{float(v):.10g}"
+
+
+def _text_critical_points(res) -> str:
+    lines = [f"{res.architecture}: " + (
+        "critical everywhere in the (sigma_w, sigma_b) plane" if res.everywhere_critical else
+        f"{len(res.points)} critical point{'s' if len(res.points) != 1 else ''} (chi_J* = chi_K* = 1)")]
+    for p in res.points:
+        lines.append(f"  sigma_w = {_g(p.sigma_w)}  sigma_b = {_g(p.sigma_b)}  K* = {_g(p.K_star)}  "
+                     f"({p.stability}); a unit-norm input reaches K = {_g(p.unit_input_reaches)}")
+    if res.note:
+        lines.append(f"  note: {res.note}")
+    return "\n".join(lines)
+
+
 def cmd_critical_point(args):
     import meanfield as mf
 
-    _emit(args, mf.critical_point(_architecture(args)))
+    res = mf.critical_point(_architecture(args))
+    _emit(args, res, text=_text_critical_points(res))
 
 
 def cmd_critical_line(args):
@@ -135,13 +152,30 @@ def cmd_critical_line(args):
             w.writerow([repr(float(a)), repr(float(b))])
         print(buf.getvalue(), end="")
         return
-    print(line)
+    if line.everywhere_critical:
+        print(f"{line.architecture}: critical everywhere; {line.note}")
+        return
+    rows = [f"{line.architecture}: critical line (chi_J* = 1)", f"{'sigma_w':>14} {'sigma_b':>14} {'K*':>14}"]
+    for a, b, k in zip(np.broadcast_to(sw_out, sb.shape), sb, np.broadcast_to(line.K_star, sb.shape)):
+        rows.append(f"{_g(a):>14} {_g(b):>14} {_g(k):>14}")
+    if line.note:
+        rows.append(f"note: {line.note}")
+    print("\n".join(rows))
 
 
 def cmd_exponents(args):
     import meanfield as mf
 
-    _emit(args, mf.exponents(_architecture(args), sigma_w=args.sigma_w, sigma_b=args.sigma_b))
+    e = mf.exponents(_architecture(args), sigma_w=args.sigma_w, sigma_b=args.sigma_b)
+    text = (f"{e.architecture} at sigma_w = {_g(e.sigma_w)}, sigma_b = {_g(e.sigma_b)}: {e.regime}\n"
+            f"  K* = {_g(e.K_star)}  chi_J* = {_g(e.chi_J)}  chi_K* = {_g(e.chi_K)}\n"
+            f"  zeta_K = {_g(e.zeta_K)} (numeric {_g(e.zeta_K_numeric)})   "
+            f"zeta = {_g(e.zeta)} (numeric {_g(e.zeta_numeric)}), J^(l0,l) ~ l^-zeta")
+    if e.c_tilde is not None:
+        text += f"\n  stretched exponential: c~ = {_g(e.c_tilde)}, lambda = {_g(e.lambda_)}"
+    if e.note:
+        text += f"\n  note: {e.note}"
+    _emit(args, e, text=text)
 
 
 def cmd_phase_diagram(args):
