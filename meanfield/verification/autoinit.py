@@ -98,6 +98,7 @@ from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .. import autoinit_theory as _theory
+from .._validate import check_choice as _check_choice
 from .estimators import batch_statistics, exact_apjn, hutchinson_apjn
 
 __all__ = [
@@ -210,11 +211,10 @@ def _batch_coupled(model):
 class _Twin:
     """The model evaluated at parameters a * theta, with hooks on the block outputs."""
 
-    def __init__(self, model, blocks, tuned):
+    def __init__(self, model, blocks):
         self.model, self.blocks = model, blocks
         self.modules = [model.get_submodule(b) for b in blocks]
         self.base = {n: p.detach() for n, p in model.named_parameters()}
-        self.tuned = tuned  # names of parameters that get a multiplier
         self.coupled = _batch_coupled(model)
 
     def params(self, scales):
@@ -332,12 +332,6 @@ def _check_int(name, v, minimum):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
     return int(v)
-
-
-def _check_choice(name, v, allowed):
-    if v not in allowed:
-        raise ValueError(f"{name}={v!r} is not allowed; choose one of {', '.join(map(repr, allowed))}")
-    return v
 
 
 def _check_number(name, v, minimum=0.0, strict=False):
@@ -593,7 +587,7 @@ def measure(model: nn.Module, inputs: torch.Tensor, blocks=None, n_probes: int =
     n_probes = _check_int("n_probes", n_probes, 1)
     gen = _generator(seed, 10, x.device)
     with _measuring(model):
-        twin = _Twin(model, blocks, [])
+        twin = _Twin(model, blocks)
         _check_order(twin, x)
         if method == "fused":
             J, se, K = _estimate(twin, x, None, n_probes, gen)
@@ -689,7 +683,7 @@ def apjn_vs_batch_size(model, inputs, batch_sizes, blocks=None, n_probes=4, n_ba
     pgen = _generator(seed, 21, x.device)
     Js, ses = [], []
     with _measuring(model):
-        twin = _Twin(model, blocks, [])
+        twin = _Twin(model, blocks)
         _check_order(twin, x[: max(sizes)])
         for b in sizes:
             vals = []
@@ -924,7 +918,7 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
     t0 = time.perf_counter()
     bar = _progress(steps, progress)
     with _measuring(model):
-        twin = _Twin(model, blocks, tuned)
+        twin = _Twin(model, blocks)
         _check_order(twin, first)
         before = _estimate(twin, first, None, report_probes, _generator(seed, 2, device))
         t_loop = time.perf_counter()

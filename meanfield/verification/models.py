@@ -50,6 +50,8 @@ import math
 import torch
 from torch import nn
 
+from .._validate import check_choice
+
 __all__ = [
     "Affine",
     "MLPMixer",
@@ -72,16 +74,12 @@ def _check_int(name, value, minimum=1):
 
 
 def _check_init(init):
-    if init not in _INITS:
-        raise ValueError(f"init={init!r} is not allowed; choose one of {', '.join(map(repr, _INITS))}")
-    return init
+    return check_choice("init", init, _INITS)
 
 
 def _activation(name):
     table = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
-    if name not in table:
-        raise ValueError(f"activation={name!r} is not allowed; choose one of {', '.join(map(repr, table))}")
-    return table[name]()
+    return table[check_choice("activation", name, tuple(table))]()
 
 
 def _fan_in_init_(module, sigma_w, sigma_b, generator=None):
