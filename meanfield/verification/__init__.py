@@ -7,12 +7,37 @@ Importing this subpackage imports torch; ``import meanfield`` does not.
   initialisations, on CUDA when available.
 - :func:`hutchinson_apjn`, :func:`exact_apjn`: APJN of any torch function.
 - :func:`run_suite`: the verification suite (``python -m meanfield.verification``).
+- :func:`autoinit`: tune any torch model to criticality (AutoInit paper);
+  :func:`measure_blocks`, :func:`apjn_vs_batch_size`, scale persistence.
+- :class:`ResMLP`, :class:`MLPMixer`, :class:`VGG` (``resmlp_s12``,
+  ``mixer_s16``, ``vgg19_bn``): the models of the examples, in plain torch.
 """
 from .estimators import APJNEstimate, batch_statistics, exact_apjn, hutchinson_apjn, jvp, mean_se
 from .montecarlo import MonteCarloResult, PhaseDiagramResult, monte_carlo, phase_diagram
+from .autoinit import (AutoInitError, AutoInitReport, BatchSizeScan, Measurement, apjn_vs_batch_size,
+                       apply_scales, autoinit, find_blocks, load_scales, save_scales)
+from .autoinit import measure as measure_blocks
+from .models import MLPMixer, ResMLP, VGG, mixer_s16, resmlp_s12, vgg19_bn
 
 __all__ = [
     "APJNEstimate",
+    "AutoInitError",
+    "AutoInitReport",
+    "BatchSizeScan",
+    "MLPMixer",
+    "Measurement",
+    "ResMLP",
+    "VGG",
+    "apjn_vs_batch_size",
+    "apply_scales",
+    "autoinit",
+    "find_blocks",
+    "load_scales",
+    "measure_blocks",
+    "mixer_s16",
+    "resmlp_s12",
+    "save_scales",
+    "vgg19_bn",
     "MonteCarloResult",
     "PhaseDiagramResult",
     "batch_statistics",
