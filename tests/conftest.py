@@ -7,8 +7,16 @@ strip |Im z| < d converges like exp(-2 pi d / step) (Trefethen & Weideman,
 SIAM Rev. 2014). It shares nothing with the package's exp-sinh rule; its
 accuracy is checked against exact formulas in tests/test_gaussian.py.
 """
-import mpmath as mp
-import pytest
+import os
+
+# Small matrices: one BLAS/OpenMP thread is faster than two fighting over CI's
+# two cores (and over numba). Set before anything imports torch; notebook
+# kernels started by the tests inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import mpmath as mp  # noqa: E402
+import pytest  # noqa: E402
 
 
 def _mp_smooth2(a, b, K1, K2, K12, step=0.125, half_width=9.5, dps=20):

@@ -83,16 +83,6 @@ except ImportError:
 needs_torch = pytest.mark.skipif(torch is None, reason="needs the verify extra (torch)")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    if torch is None:
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
 
 @pytest.mark.torch
 @needs_torch

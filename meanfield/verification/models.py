@@ -160,7 +160,30 @@ class ResMLPBlock(nn.Module):
         return self.channel(self.token(x))
 
 
-class ResMLP(nn.Module):
+class _PatchClassifier(nn.Module):
+    """What ResMLP and MLP-Mixer share: patches -> blocks -> norm -> mean over patches -> head.
+
+    Subclasses set ``stem``, ``blocks`` (each block with ``token`` and
+    ``channel`` sub-blocks), ``norm``, ``head``, ``img_size``, ``in_chans``.
+    """
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.head(self.norm(x).mean(dim=1))
+
+    def autoinit_blocks(self):
+        """The embedding and every residual sub-block (the head is left out)."""
+        names = ["stem"]
+        for i in range(len(self.blocks)):
+            names += [f"blocks.{i}.token", f"blocks.{i}.channel"]
+        return names
+
+    def example_inputs(self, batch=2, generator=None):
+        """Standard-normal images of the right shape (unit-variance pixels)."""
+        return torch.randn(batch, self.in_chans, self.img_size, self.img_size, generator=generator)
+
+
+class ResMLP(_PatchClassifier):
     """ResMLP image classifier; ``resmlp_s12()`` gives the paper's ResMLP-S12 sizes.
 
     Parameters: ``img_size`` (square images), ``patch_size``, ``in_chans``,
@@ -213,20 +236,6 @@ class ResMLP(nn.Module):
                 with torch.no_grad():
                     nn.init.trunc_normal_(m.weight, std=std, a=-2 * std, b=2 * std, generator=gen)
                     m.bias.zero_()
-
-    def forward(self, x):
-        x = self.blocks(self.stem(x))
-        return self.head(self.norm(x).mean(dim=1))
-
-    def autoinit_blocks(self):
-        names = ["stem"]
-        for i in range(len(self.blocks)):
-            names += [f"blocks.{i}.token", f"blocks.{i}.channel"]
-        return names
-
-    def example_inputs(self, batch=2, generator=None):
-        """Standard-normal images of the right shape (unit-variance pixels)."""
-        return torch.randn(batch, self.in_chans, self.img_size, self.img_size, generator=generator)
 
 
 def resmlp_s12(**kwargs):
@@ -281,7 +290,7 @@ class MixerBlock(nn.Module):
         return self.channel(self.token(x))
 
 
-class MLPMixer(nn.Module):
+class MLPMixer(_PatchClassifier):
     """MLP-Mixer (Tolstikhin et al. 2021) image classifier; ``mixer_s16()`` gives Mixer-S/16.
 
     Patch embedding -> ``depth`` blocks of (token mixing, channel mixing), each
@@ -312,19 +321,6 @@ class MLPMixer(nn.Module):
         if init == "fan_in":
             gen = None if seed is None else torch.Generator().manual_seed(int(seed))
             _fan_in_init_(self, float(sigma_w), float(sigma_b), gen)
-
-    def forward(self, x):
-        x = self.blocks(self.stem(x))
-        return self.head(self.norm(x).mean(dim=1))
-
-    def autoinit_blocks(self):
-        names = ["stem"]
-        for i in range(len(self.blocks)):
-            names += [f"blocks.{i}.token", f"blocks.{i}.channel"]
-        return names
-
-    def example_inputs(self, batch=2, generator=None):
-        return torch.randn(batch, self.in_chans, self.img_size, self.img_size, generator=generator)
 
 
 def mixer_s16(**kwargs):
