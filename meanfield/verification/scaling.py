@@ -301,26 +301,27 @@ def geometric_init_(model: nn.Module, c: float | Callable[[str, nn.Module], floa
     return out
 
 
-def fan_in_init_(model: nn.Module, gain: float = 2.0, *, generator=None, distribution="normal") -> dict:
-    """Kaiming fan-in E[W^2] = gain / (n_in k^2) (SC eq. 4); biases zero. Returns name -> variance."""
+def _kaiming_init_(model, variance_of, generator, distribution) -> dict:
+    """Fill every scaled layer with E[W^2] = variance_of(fan_in, fan_out, k2); biases zero."""
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     out = {}
     for name, m in scaled_layers(model):
-        fan_in, _, _, k2 = _layer_geometry(m)
-        out[name] = float(_sc.fan_in_variance(fan_in, (k2,), gain))
+        fan_in, fan_out, _, k2 = _layer_geometry(m)
+        out[name] = float(variance_of(fan_in, fan_out, k2))
         _fill_(m, out[name], gen, distribution)
     return out
+
+
+def fan_in_init_(model: nn.Module, gain: float = 2.0, *, generator=None, distribution="normal") -> dict:
+    """Kaiming fan-in E[W^2] = gain / (n_in k^2) (SC eq. 4); biases zero. Returns name -> variance."""
+    return _kaiming_init_(model, lambda n_in, n_out, k2: _sc.fan_in_variance(n_in, (k2,), gain),
+                          generator, distribution)
 
 
 def fan_out_init_(model: nn.Module, gain: float = 2.0, *, generator=None, distribution="normal") -> dict:
     """Kaiming fan-out E[W^2] = gain / (n_out k^2) (SC eq. 4); biases zero. Returns name -> variance."""
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    out = {}
-    for name, m in scaled_layers(model):
-        _, fan_out, _, k2 = _layer_geometry(m)
-        out[name] = float(_sc.fan_out_variance(fan_out, (k2,), gain))
-        _fill_(m, out[name], gen, distribution)
-    return out
+    return _kaiming_init_(model, lambda n_in, n_out, k2: _sc.fan_out_variance(n_out, (k2,), gain),
+                          generator, distribution)
 
 
 # ---------------------------------------------------------------------------
