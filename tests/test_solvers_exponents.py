@@ -34,6 +34,8 @@ def test_scale_invariant_zeta_zero(kw):
     e = mf.exponents(sigma_w=p.sigma_w, sigma_b=p.sigma_b, **kw)
     assert e.regime == "marginal" and e.zeta == 0 and e.zeta_K == 0
     assert abs(e.zeta_numeric) < 1e-6 and e.agree
+    # every K is fixed: K* is where a unit-norm input sits, K^1 = sigma_w^2 + sigma_b^2
+    assert e.K_star == pytest.approx(p.sigma_w ** 2 + p.sigma_b ** 2, rel=1e-12)
 
 
 def test_gelu_point_exponent():

@@ -227,6 +227,8 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, **arch
         zn = _local_fit(l, -l * np.log(oX)) if np.all(oX > 0) else nan
         dk = np.abs(oK - oK[0])
         zkn = 0.0 if np.all(dk <= 1e-9 * max(1.0, abs(oK[0]))) else nan
+        # every K is a fixed point here: the one that matters is where the input sits
+        base["K_star"] = float(oK[0])
         return Exponents(**base, regime="marginal", zeta_K=0.0, zeta=0.0 if abs(chiJ - 1) <= 1e-7 else nan,
                          zeta_K_numeric=zkn, zeta_numeric=zn, c2=c2, d1=d1, xi=xi, depth=L, K0=float(oK[0]),
                          note="F(K) = K near K*: K^l stays at its input value, J^{l0,l} constant "
