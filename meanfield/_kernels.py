@@ -675,6 +675,19 @@ def newton_line(fns, mode, K, W, T, mu, eps):
 
 
 @njit(**_JIT)
+def _newton_on_line(fns, mode, K, fixed, v, mu, eps):
+    """Newton on the critical line with one coordinate fixed: (K, the solved coordinate, ok).
+
+    mode 0 fixes sigma_w^2 (= fixed) and solves for sigma_b^2; mode 1 the reverse.
+    """
+    if mode == 0:
+        K2, W, T, ok = newton_line(fns, 0, K, fixed, v, mu, eps)
+        return K2, T, ok
+    K2, W, T, ok = newton_line(fns, 1, K, v, fixed, mu, eps)
+    return K2, W, ok
+
+
+@njit(**_JIT)
 def _accept_line(fns, pair, mode, fixed, K, v, mu, eps):
     """A Newton solution is the line if the unit input reaches it (stably) and
     an odd number of crossings lies below it (so the first is not skipped)."""
@@ -706,12 +719,7 @@ def critical_line_many(fns, pair, mode, fixed, mu, eps, outv, outK, outS):
         f = fixed[i]
         done = False
         if have and not pair:
-            if mode == 0:
-                K, W, T, ok = newton_line(fns, 0, Kp, f, vp, mu, eps)
-                v = T
-            else:
-                K, W, T, ok = newton_line(fns, 1, Kp, vp, f, mu, eps)
-                v = W
+            K, v, ok = _newton_on_line(fns, mode, Kp, f, vp, mu, eps)
             if ok and _accept_line(fns, pair, mode, f, K, v, mu, eps):
                 outv[i], outK[i], outS[i] = v, K, ST_OK
                 done = True
@@ -724,12 +732,7 @@ def critical_line_many(fns, pair, mode, fixed, mu, eps, outv, outK, outS):
                 K, Q, st2, Kf, Qf = reached(fns, pair, W, T, mu, eps)
                 outK[i] = K
                 if not pair and st2 == ST_OK:
-                    if mode == 0:
-                        K2, W2, T2, ok = newton_line(fns, 0, K, f, v, mu, eps)
-                        v2 = T2
-                    else:
-                        K2, W2, T2, ok = newton_line(fns, 1, K, v, f, mu, eps)
-                        v2 = W2
+                    K2, v2, ok = _newton_on_line(fns, mode, K, f, v, mu, eps)
                     if ok and v2 >= 0.0 and abs(v2 - v) <= 1e-6 * max(abs(v), 1e-12):
                         outv[i], outK[i] = v2, K2
         have = outS[i] == ST_OK and _isfinite(outK[i])
