@@ -11,7 +11,8 @@ from .fixed import (FixedPointState, KernelProfile, chi_J, chi_K, fixed_point, f
                     kernel_profile)
 from .exponents import Exponents, exponents
 from .finite_width import apjn_from_input, chi_Delta, l0_correction
-from .lines import (PHASES, CriticalLine, CriticalPoint, CriticalPoints, FixedPoint, PhaseDiagram,
+from .lines import (PHASE_CHAOTIC, PHASE_CRITICAL, PHASE_DIVERGENT, PHASE_ORDERED, PHASE_UNDETERMINED,
+                    PHASES, CriticalLine, CriticalPoint, CriticalPoints, FixedPoint, PhaseDiagram,
                     asymptotic_regime, correlation_length, critical_line, critical_point, fixed_points,
                     phase_diagram)
 
@@ -23,6 +24,11 @@ __all__ = [
     "Exponents",
     "FixedPoint",
     "PHASES",
+    "PHASE_CHAOTIC",
+    "PHASE_CRITICAL",
+    "PHASE_DIVERGENT",
+    "PHASE_ORDERED",
+    "PHASE_UNDETERMINED",
     "PhaseDiagram",
     "apjn_from_input",
     "asymptotic_regime",

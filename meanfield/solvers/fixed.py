@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._serialize import Result
 from ..calculus import Architecture
 from ._common import (DEFAULT_MAXITER, ST_INF, as_output, prepare, raise_for_status,
                       variances)
@@ -26,8 +27,8 @@ __all__ = ["KernelProfile", "kernel_profile", "fixed_point", "chi_J", "chi_K", "
            "fixed_point_state"]
 
 
-@dataclass(frozen=True)
-class KernelProfile:
+@dataclass(frozen=True, repr=False)
+class KernelProfile(Result):
     """K^l, K12^l and chi_J^l = J^{l,l+1} for l = 1..depth (float64 arrays)."""
 
     architecture: Architecture
@@ -117,8 +118,8 @@ def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K
                          outQ if need_pair else None, outX)
 
 
-@dataclass(frozen=True)
-class FixedPointState:
+@dataclass(frozen=True, repr=False)
+class FixedPointState(Result):
     """The fixed point reached from K0 and the factors there (arrays broadcast over the inputs).
 
     ``K`` is inf where the kernel diverges; ``K12`` is nan for one-input
