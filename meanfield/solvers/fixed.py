@@ -141,7 +141,7 @@ class FixedPointState(Result):
         return self.status == ST_INF
 
 
-def fixed_point_state(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, maxiter=DEFAULT_MAXITER,
+def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None, maxiter=DEFAULT_MAXITER,
                       errors="raise", **arch_kwargs) -> FixedPointState:
     """Fixed point reached from K0 (default: the unit-norm input), with chi_J*, chi_K* there."""
     arch, comp = prepare(arch, arch_kwargs)
@@ -163,7 +163,7 @@ def fixed_point_state(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, 
                            outC.reshape(shape), outS.reshape(shape))
 
 
-def fixed_point(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, errors="raise", **arch_kwargs):
+def fixed_point(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None, errors="raise", **arch_kwargs):
     """The kernel fixed point K* reached by iterating from K0 (inf when K^l diverges).
 
     Broadcasts over ``sigma_w``, ``sigma_b`` and ``K0``; returns a float for
@@ -177,13 +177,13 @@ def fixed_point(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, errors
     return as_output(st.K, st.K.shape)
 
 
-def chi_J(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, errors="raise", **arch_kwargs):
+def chi_J(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None, errors="raise", **arch_kwargs):
     """chi_J* = J^{l,l+1} at the fixed point reached from K0 (its limit where K* = inf)."""
     st = fixed_point_state(arch, sigma_w, sigma_b, K0, K12_0, errors=errors, **arch_kwargs)
     return as_output(st.chi_J, st.K.shape)
 
 
-def chi_K(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, errors="raise", **arch_kwargs):
+def chi_K(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None, errors="raise", **arch_kwargs):
     """chi_K* = dK^{l+1}/dK^l at the fixed point reached from K0."""
     st = fixed_point_state(arch, sigma_w, sigma_b, K0, K12_0, errors=errors, **arch_kwargs)
     return as_output(st.chi_K, st.K.shape)

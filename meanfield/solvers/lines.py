@@ -316,7 +316,7 @@ def _classify(comp, K, W, T, g_below, g_above):
     return chiK, "half-stable from below"
 
 
-def fixed_points(arch=None, sigma_w=1.0, sigma_b=0.0, K_max=1e10, _known=(), **arch_kwargs) -> list:
+def fixed_points(arch=None, sigma_w=None, sigma_b=None, K_max=1e10, _known=(), **arch_kwargs) -> list:
     """Every fixed point of the one-input kernel map in [0, K_max], with stability and basin.
 
     Roots of g = F(K) - K are found on a log grid (sign changes, then Brent)
@@ -602,7 +602,7 @@ def _stability_from_series(c2, c3, K):
 # ---------------------------------------------------------------------------
 # Correlation length and phase diagrams.
 # ---------------------------------------------------------------------------
-def correlation_length(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, errors="raise", **arch_kwargs):
+def correlation_length(arch=None, sigma_w=None, sigma_b=None, K0=None, errors="raise", **arch_kwargs):
     """xi = 1 / |log chi_J*| (inf on the critical line; J^{l0,l} ~ exp(-l/xi) off it).
 
     Where K^l diverges chi_J* is the limit of chi_J^l (for the everywhere- or

@@ -404,7 +404,7 @@ def _validate_common(arch, depth, width, n_init, batch, device, dtype, seed, kwa
     return arch, depth, width, n_init, batch, dev, dtype, seed
 
 
-def monte_carlo(arch, sigma_w=1.0, sigma_b=0.0, depth=10, width=256, n_init=32, batch=1, device=None,
+def monte_carlo(arch, sigma_w=None, sigma_b=None, depth=10, width=256, n_init=32, batch=1, device=None,
                 seed=0, dtype=torch.float64, *, estimator="hutchinson", n_probes=1, l0=1, input_dim=None,
                 tokens=None, input_correlation=0.0, input_norm=1.0, init_chunk=None) -> MonteCarloResult:
     """Measure K^l, J^{l,l+1} and J^{l0,l} on ``n_init`` random networks of ``arch``.
@@ -413,7 +413,8 @@ def monte_carlo(arch, sigma_w=1.0, sigma_b=0.0, depth=10, width=256, n_init=32, 
     ----------
     arch : Architecture or activation name
     sigma_w, sigma_b : float
-        Weight and bias scales (W ~ N(0, sigma_w^2/fan_in), b ~ N(0, sigma_b^2)).
+        Weight and bias scales (W ~ N(0, sigma_w^2/fan_in), b ~ N(0, sigma_b^2));
+        required (no default point).
     depth : int >= 2
         Layers h^1..h^depth (input layer + depth - 1 blocks).
     width : int >= 1
@@ -455,6 +456,11 @@ def monte_carlo(arch, sigma_w=1.0, sigma_b=0.0, depth=10, width=256, n_init=32, 
     arch, depth, width, n_init, batch, dev, dtype, seed = _validate_common(
         arch, depth, width, n_init, batch, device, dtype, seed,
         dict(estimator=estimator, n_probes=n_probes, tokens=tokens, input_dim=input_dim))
+    from ..solvers._common import require_point
+
+    if sigma_w is not None:
+        check_nonnegative("sigma_w", sigma_w)
+    require_point(sigma_w, sigma_b)
     sw = float(check_nonnegative("sigma_w", sigma_w))
     sb = float(check_nonnegative("sigma_b", sigma_b))
     l0 = _check_int("l0", l0, 1)
