@@ -173,7 +173,8 @@ def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="
     mesh = ax.pcolormesh(xe, ye, np.ma.masked_invalid(z).T, cmap=cmap, norm=TwoSlopeNorm(0.0, lo, hi),
                          shading="flat")
     mesh.set_label("log chi_J")
-    fig.colorbar(mesh, ax=ax, label=r"$\log \chi_J^\star$")
+    cbar = fig.colorbar(mesh, ax=ax, label=r"$\log \chi_J^\star$")
+    cbar.solids.set_rasterized(False)   # matplotlib rasterizes long colour bars; keep vector files all vector
     handles = []
     phase = np.asarray(pd.phase)
     for code, (colour, hatch) in _NO_PHASE_STYLE.items():
