@@ -24,15 +24,14 @@ not in the registry) save, but load only after the activation is registered.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import importlib
-import json
 import math
 from enum import Enum
-from pathlib import Path
 
 import numpy as np
+
+# json, csv, importlib and pathlib are imported where used: ``import meanfield`` imports this
+# module (every result derives from Result) and must stay quick
 
 __all__ = ["to_jsonable", "encode", "decode", "Result", "load", "summarize", "FORMAT_VERSION"]
 
@@ -179,6 +178,8 @@ def decode(data, arrays=None):
             raise ValueError(f"the saved architecture {spec} cannot be rebuilt ({exc}); a user-defined "
                              "activation must be registered before loading") from None
     if "__result__" in data:
+        import importlib
+
         modname, _, clsname = data["__result__"].rpartition(".")
         if not modname.startswith("meanfield"):
             raise ValueError(f"not a meanfield result: {data['__result__']!r}")
@@ -193,14 +194,22 @@ _FORMATS = (".json", ".npz", ".csv")
 
 
 def _suffix(path) -> str:
+    from pathlib import Path
+
     suf = Path(path).suffix.lower()
     if suf not in _FORMATS:
         raise ValueError(f"path must end in one of {', '.join(_FORMATS)} (the format), got {str(path)!r}")
     return suf
 
 
-def save(obj, path) -> Path:
-    """Write ``obj`` (a result) to ``path``; the format follows the extension (see the module notes)."""
+def save(obj, path):
+    """Write ``obj`` (a result) to ``path``; the format follows the extension (see the module notes).
+
+    Returns the path (a :class:`pathlib.Path`).
+    """
+    import json
+    from pathlib import Path
+
     path = Path(path)
     suf = _suffix(path)
     if suf == ".csv":
@@ -218,6 +227,9 @@ def save(obj, path) -> Path:
 
 def load(path):
     """Read a result written by :meth:`Result.save` (``.json`` or ``.npz``)."""
+    import json
+    from pathlib import Path
+
     path = Path(path)
     suf = _suffix(path)
     if suf == ".csv":
@@ -251,6 +263,8 @@ def _table(obj) -> dict:
 
 
 def _write_csv(obj, path):
+    import csv
+
     cols = _table(obj)
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
@@ -366,7 +380,7 @@ class Result:
         return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)
                 if not f.name.startswith("_")}
 
-    def save(self, path) -> Path:
+    def save(self, path):
         """Write to ``path``: ``.json`` or ``.npz`` (reloadable with :meth:`load`) or ``.csv`` (arrays only)."""
         return save(self, path)
 
