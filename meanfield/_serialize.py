@@ -336,7 +336,7 @@ def _short(name, v) -> str:
         return f"{len(v)} items"
     if isinstance(v, dict):
         return "{" + ", ".join(map(str, v)) + "}" if len(v) <= 6 else f"{len(v)} entries"
-    if isinstance(v, Result):
+    if isinstance(v, Result) or (dataclasses.is_dataclass(v) and not isinstance(v, type)):
         return type(v).__name__ + "(...)"
     return str(v)
 
