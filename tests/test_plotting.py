@@ -2,8 +2,6 @@
 import dataclasses
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -125,17 +123,16 @@ def test_saved_files_and_their_metadata(relu, tmp_path, ext):
         plot_phase_diagram(relu, path=tmp_path / "relu.jpeg")
 
 
-def _cli(*args, cwd):
-    import os
+def _cli(*args, capsys):
+    from meanfield.cli import main
 
-    env = {**os.environ, "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "meanfield", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600, check=True)
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
 
 
-def test_cli_uses_the_same_figure_and_labels(tmp_path):
+def test_cli_uses_the_same_figure_and_labels(tmp_path, capsys):
     out = json.loads(_cli("phase-diagram", "--activation", "relu", "--sigma-w", "0.5:2.5:9", "--sigma-b", "0:1:5",
-                          "--out", str(tmp_path / "sweep_mu0.5.pdf"), "--json", cwd=tmp_path).stdout)
+                          "--out", str(tmp_path / "sweep_mu0.5.pdf"), "--json", capsys=capsys))
     assert out["figure"] == str(tmp_path / "sweep_mu0.5.pdf")
     assert out["csv"] == str(tmp_path / "sweep_mu0.5.csv") and out["json"] == str(tmp_path / "sweep_mu0.5.json")
     assert (tmp_path / "sweep_mu0.5.pdf").read_bytes()[:5] == b"%PDF-"
@@ -146,5 +143,5 @@ def test_cli_uses_the_same_figure_and_labels(tmp_path):
     assert grid["phase_names"][0] == ["ordered"] * 5 and grid["phase_codes"]["3"] == "undetermined"
     # a prefix with a dot keeps the dot; the default figure is a 300 dpi PNG
     out = json.loads(_cli("phase-diagram", "--activation", "relu", "--sigma-w", "0.5:2.5:3", "--sigma-b", "0:1:2",
-                          "--out", str(tmp_path / "sweep_mu0.7"), "--json", cwd=tmp_path).stdout)
+                          "--out", str(tmp_path / "sweep_mu0.7"), "--json", capsys=capsys))
     assert out["png"] == str(tmp_path / "sweep_mu0.7.png") and (tmp_path / "sweep_mu0.7.csv").exists()

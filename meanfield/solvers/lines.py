@@ -681,7 +681,7 @@ class PhaseDiagram(Result):
         out["phase_codes"] = {str(k): v for k, v in PHASES.items()}
         return out
 
-    def plot(self, ax=None, path=None, *, line=True, points=True, cmap="RdBu_r", dpi=300, title=None):
+    def plot(self, ax=None, line=True, cmap="RdBu_r", *, path=None, points=True, dpi=300, title=None):
         """The figure of :func:`meanfield.plotting.plot_phase_diagram` (see there); returns the Axes."""
         from ..plotting import plot_phase_diagram
 
