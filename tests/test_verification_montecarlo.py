@@ -185,3 +185,16 @@ def test_monte_carlo_result_repr_and_round_trip(tmp_path):
     back = type(pd).load(pd.save(tmp_path / "pd.npz"))
     np.testing.assert_array_equal(back.chi_J, pd.chi_J)
     assert back.layer == pd.layer and back.architecture == pd.architecture
+
+
+@pytest.mark.slow
+def test_last_layer_apjn_agrees_with_theory_deep_and_wide():
+    """Depth 20, width 512: J^{l,l+1} at every layer, the last (l = depth, one extra block) included,
+    within the suite's band of kernel_profile at the same index."""
+    depth, width = 20, 512
+    r = monte_carlo("tanh", 1.3, 0.2, depth=depth, width=width, n_init=16, seed=4)
+    th = mf.kernel_profile(activation="tanh", sigma_w=1.3, sigma_b=0.2, depth=depth)
+    assert r.chi_J.shape == th.chi_J.shape == (depth,)
+    assert np.all(_agrees(r.chi_J, r.chi_J_se, th.chi_J, r.layers, width)), (r.chi_J, r.chi_J_se, th.chi_J)
+    assert abs(r.chi_J[-1] - th.chi_J[-1]) <= 4 * r.chi_J_se[-1] + C_ALLOW * depth / width * th.chi_J[-1]
+    assert np.all(_agrees(r.J, r.J_se, th.J, r.layers, width))
