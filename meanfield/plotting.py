@@ -65,13 +65,15 @@ def _edges(x: np.ndarray) -> np.ndarray:
     return np.concatenate([[x[0] - (mid[0] - x[0])], mid, [x[-1] + (x[-1] - mid[-1])]])
 
 
-def colour_range(chi_J) -> tuple:
+def colour_range(chi_J, symmetric=False) -> tuple:
     """(vmin, vmax) of log chi_J* for the colour map, centred on log chi_J* = 0.
 
     Each side is fitted to the data: vmin is the smallest finite log chi_J*,
     vmax the largest, so the ordered and the chaotic side both use their full
     colour ramp (a side the grid does not reach mirrors the other; 1 when
-    there is no finite value).
+    there is no finite value). ``symmetric=True``: +-max |log chi_J*|, one
+    scale for both sides (then a side that stays near 0, such as the chaotic
+    wedge of GELU + pre-LN, mu = 0.5, is nearly white).
     """
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.log(np.asarray(chi_J, dtype=float))
@@ -79,6 +81,8 @@ def colour_range(chi_J) -> tuple:
     lo = float(fin.min()) if fin.size else 0.0
     hi = float(fin.max()) if fin.size else 0.0
     lim = max(abs(lo), abs(hi)) or 1.0
+    if symmetric:
+        return -lim, lim
     lo = lo if lo < 0 else -lim
     hi = hi if hi > 0 else lim
     return lo, hi
@@ -119,7 +123,7 @@ def _critical_line_xy(pd, n=400):
 
 
 def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="RdBu_r", dpi=300,
-                       title=None, figsize=(5.0, 4.0)):
+                       title=None, figsize=(5.0, 4.0), symmetric=False):
     r"""Draw a :class:`~meanfield.PhaseDiagram`; optionally save it. Returns the Axes.
 
     Parameters
@@ -140,7 +144,8 @@ def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="
     cmap : str
         Diverging colour map; its centre (white for RdBu_r) is log chi_J* = 0,
         and each side reaches its end at the extreme log chi_J* of the grid
-        (:func:`colour_range`).
+        (:func:`colour_range`); ``symmetric=True`` for one scale +-max
+        |log chi_J*| on both sides.
     dpi : int
         Resolution of raster output (default 300, print quality).
     title : str, optional
@@ -169,7 +174,7 @@ def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="
     xe, ye = _edges(sw), _edges(sb)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.log(np.asarray(pd.chi_J, dtype=float))
-    lo, hi = colour_range(pd.chi_J)
+    lo, hi = colour_range(pd.chi_J, symmetric)
     mesh = ax.pcolormesh(xe, ye, np.ma.masked_invalid(z).T, cmap=cmap, norm=TwoSlopeNorm(0.0, lo, hi),
                          shading="flat")
     mesh.set_label("log chi_J")

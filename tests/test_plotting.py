@@ -68,6 +68,9 @@ def test_colour_range_is_centred_on_zero_and_fitted_to_the_data(relu):
     # a grid entirely on one side mirrors it so 0 stays the centre
     assert colour_range([0.5, 0.25]) == pytest.approx((math.log(0.25), -math.log(0.25)))
     assert colour_range([np.nan]) == (-1.0, 1.0)
+    assert colour_range([0.5, 4.0], symmetric=True) == pytest.approx((-math.log(4.0), math.log(4.0)))
+    sym = relu.plot(symmetric=True).collections[0].norm
+    assert (sym.vmin, sym.vmax) == pytest.approx((-max(-lo, hi), max(-lo, hi)), rel=1e-12)
 
 
 def test_no_legend_entry_without_a_line():

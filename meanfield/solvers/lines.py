@@ -681,12 +681,19 @@ class PhaseDiagram(Result):
         out["phase_codes"] = {str(k): v for k, v in PHASES.items()}
         return out
 
-    def plot(self, ax=None, line=True, cmap="RdBu_r", *, path=None, points=True, dpi=300, title=None):
-        """The figure of :func:`meanfield.plotting.plot_phase_diagram` (see there); returns the Axes."""
+    def plot(self, ax=None, line=True, cmap="RdBu_r", *, path=None, points=True, dpi=300, title=None,
+             symmetric=False):
+        """The figure of :func:`meanfield.plotting.plot_phase_diagram` (see there); returns the Axes.
+
+        log chi_J* centred on 0 with each side's colour range fitted to the
+        data, the critical line and critical points inside the grid, the phase
+        names, divergent/undetermined points hatched grey; ``path`` saves it
+        (.pdf/.svg/.eps vector, .png at ``dpi``).
+        """
         from ..plotting import plot_phase_diagram
 
         return plot_phase_diagram(self, ax=ax, path=path, line=line, points=points, cmap=cmap, dpi=dpi,
-                                  title=title)
+                                  title=title, symmetric=symmetric)
 
 
 def phase_diagram(arch=None, sigma_w=None, sigma_b=None, tol=1e-9, errors="nan", **arch_kwargs) -> PhaseDiagram:
