@@ -20,6 +20,7 @@ MODULES = [
     ("meanfield.symbolic", None),
     ("meanfield.gaussian", None),
     ("meanfield.solvers", None),
+    ("meanfield.plotting", None),
     ("meanfield.shaping", None),
     ("meanfield.scaling", None),
     ("meanfield.verification", None),

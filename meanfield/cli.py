@@ -181,63 +181,32 @@ def cmd_exponents(args):
 def cmd_phase_diagram(args):
     import meanfield as mf
     from ._serialize import to_jsonable
+    from .plotting import FIGURE_FORMATS, plot_phase_diagram
 
     arch = _architecture(args)
     sw = parse_grid(args.sigma_w, "sigma-w")
     sb = parse_grid(args.sigma_b, "sigma-b")
     pd = mf.phase_diagram(arch, sigma_w=sw, sigma_b=sb)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    names = _phase_names(pd.phase)
-    with open(out.with_suffix(".csv"), "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["sigma_w", "sigma_b", "K_star", "chi_J", "xi", "phase"])
-        for i, j in np.ndindex(pd.chi_J.shape):
-            w.writerow([sw[i], sb[j], pd.K[i, j], pd.chi_J[i, j], pd.xi[i, j], names[i, j]])
-    out.with_suffix(".json").write_text(json.dumps(to_jsonable(pd), allow_nan=False))
-    png = out.with_suffix(".png")
-    _plot_phase_diagram(arch, sw, sb, pd, png)
-    counts = {name: int(np.sum(names == name)) for name in ("ordered", "critical", "chaotic")}
-    summary = {"architecture": str(arch), "png": str(png), "csv": str(out.with_suffix(".csv")),
-               "json": str(out.with_suffix(".json")), "points": counts}
-    _emit(args, summary, text="\n".join(f"{k}: {v}" for k, v in summary.items()))
-
-
-def _phase_names(codes) -> np.ndarray:
-    """Phase codes of meanfield.PHASES (-1, 0, 1; NaN where undetermined) -> names."""
-    from .solvers import PHASES
-
-    names = np.full(np.shape(codes), "undetermined", dtype=object)
-    for code, name in PHASES.items():
-        names[np.asarray(codes) == code] = name
-    return names
-
-
-def _plot_phase_diagram(arch, sw, sb, pd, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
+    # a figure extension picks the format (pdf/svg/eps vector, png raster); anything else
+    # is a prefix, so dots in it (sweep_mu0.5) stay part of the name
+    if out.suffix.lower() in FIGURE_FORMATS:
+        figure, stem = out, out.with_suffix("")
+    else:
+        figure, stem = Path(str(out) + ".png"), out
+    csv_path, json_path = Path(str(stem) + ".csv"), Path(str(stem) + ".json")
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    pd.save(csv_path)   # one row per grid point, phase by name (meanfield.PHASES)
+    json_path.write_text(json.dumps(to_jsonable(pd), allow_nan=False))
+    ax = plot_phase_diagram(pd, path=figure, dpi=args.dpi)
     import matplotlib.pyplot as plt
 
-    import meanfield as mf
-
-    fig, ax = plt.subplots(figsize=(5, 4), dpi=100)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logchi = np.log(np.asarray(pd.chi_J, dtype=float))
-    m = ax.pcolormesh(sw, sb, logchi.T, cmap="RdBu_r", vmin=-1, vmax=1, shading="auto")
-    fig.colorbar(m, ax=ax, label=r"$\log \chi_J^\star$")
-    line = mf.critical_line(arch, sigma_w=np.linspace(sw.min(), sw.max(), 200))
-    if not line.everywhere_critical:
-        ax.plot(line.sigma_w, line.sigma_b, "k-", lw=1.5, label="critical line")
-        ax.legend(loc="upper left", fontsize=8)
-    ax.set_xlabel(r"$\sigma_w$")
-    ax.set_ylabel(r"$\sigma_b$")
-    ax.set_xlim(sw.min(), sw.max())
-    ax.set_ylim(sb.min(), sb.max())
-    ax.set_title(str(arch))
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    plt.close(ax.figure)
+    summary = {"architecture": str(arch), "figure": str(figure), "csv": str(csv_path), "json": str(json_path),
+               "points": pd.counts()}
+    if figure.suffix.lower() == ".png":
+        summary["png"] = str(figure)
+    _emit(args, summary, text="\n".join(f"{k}: {v}" for k, v in summary.items()))
 
 
 def cmd_verify(args):
@@ -345,7 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_arch_options(s)
     s.add_argument("--sigma-w", default="0.1:3:60")
     s.add_argument("--sigma-b", default="0:2:40")
-    s.add_argument("--out", default="phase_diagram", help="output path prefix (default ./phase_diagram)")
+    s.add_argument("--out", default="phase_diagram",
+                   help="output prefix, or the figure's path ending in .pdf/.svg/.eps/.png (the format); "
+                        "CSV and JSON go next to it (default ./phase_diagram: .png, .csv, .json)")
+    s.add_argument("--dpi", type=int, default=300, help="resolution of a PNG figure (default 300)")
     _add_json(s)
     s.set_defaults(func=cmd_phase_diagram)
 

@@ -344,7 +344,7 @@ def test_monte_carlo_verification_notebook(run_notebook):
         assert np.mean(np.abs(m - t) <= 4 * se) >= 0.9, q    # at N = 256 the noise, not the bias, dominates
         assert s[q]["all_within_rule"], q
     # the stored theory is the recursion: chi_J^l = sigma_w^2 E[phi'^2]/K^l + mu^2
-    assert np.allclose(s["chi_J"]["theory"], sw ** 2 * ed2 / np.array(th["K"][:-1]) + mu ** 2, rtol=1e-9)
+    assert np.allclose(s["chi_J"]["theory"], sw ** 2 * ed2 / np.array(th["K"]) + mu ** 2, rtol=1e-9)
     # width scan: refit a + b/N here; the intercept agrees with the theory within 4 of its SE, the
     # 1/N term is resolved (the deviation is a finite-width effect that shrinks with N)
     ws = s["width_scan"]

@@ -380,23 +380,36 @@ def test_iteration_cap_is_a_clear_error():
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="sigma_w"):
-        mf.fixed_point(activation="erf", sigma_w=-1.0)
+        mf.fixed_point(activation="erf", sigma_w=-1.0, sigma_b=0.0)
     with pytest.raises(ValueError, match="sigma_b"):
-        mf.chi_J(activation="erf", sigma_b=float("nan"))
+        mf.chi_J(activation="erf", sigma_w=1.0, sigma_b=float("nan"))
     with pytest.raises(ValueError, match="exactly one"):
         mf.critical_line(activation="erf")
     with pytest.raises(ValueError, match="exactly one"):
         mf.critical_line(activation="erf", sigma_w=[1.0], sigma_b=[1.0])
     with pytest.raises(ValueError, match="K0"):
-        mf.fixed_point(activation="erf", K0=-1.0)
+        mf.fixed_point(activation="erf", sigma_w=1.0, sigma_b=0.0, K0=-1.0)
     with pytest.raises(ValueError, match="depth"):
         mf.kernel_profile(activation="erf", sigma_w=1.0, sigma_b=0.0, depth=0)
     with pytest.raises(ValueError, match="activation"):
         mf.critical_point(activation="nope")
     with pytest.raises(ValueError, match="errors"):
-        mf.fixed_point(activation="erf", errors="ignore")
+        mf.fixed_point(activation="erf", sigma_w=1.0, sigma_b=0.0, errors="ignore")
     with pytest.raises(ValueError, match="pair state"):
         mf.critical_line(activation="relu", norm="bn", K_star=[1.0])
+
+
+
+@pytest.mark.parametrize("fn", ["fixed_point", "fixed_point_state", "chi_J", "chi_K", "correlation_length",
+                                "fixed_points", "chi_Delta", "l0_correction", "apjn_from_input", "exponents"])
+def test_the_point_is_required(fn):
+    """No silent sigma_w = 1, sigma_b = 0: a missing coordinate is a ValueError that names it."""
+    f = getattr(mf, fn)
+    extra = {"N0": 10} if fn == "l0_correction" else ({"depth": 3} if fn == "apjn_from_input" else {})
+    with pytest.raises(ValueError, match="sigma_w"):
+        f(activation="tanh", **extra)
+    with pytest.raises(ValueError, match="sigma_b"):
+        f(activation="tanh", sigma_w=1.0, **extra)
 
 
 def test_broadcasting_shapes():

@@ -79,15 +79,16 @@ def test_monte_carlo_agrees_with_theory(arch, sw, sb, batch):
     th = theory_profile(arch, sw, sb, depth, K12_0=sw**2 * r.input_overlap + sb**2 if batch > 1 else None)
     layers = np.arange(1, depth + 1)
     assert np.all(_agrees(r.K, r.K_se, th["K"], layers, width)), (r.K, r.K_se, th["K"])
-    assert np.all(_agrees(r.chi_J, r.chi_J_se, th["chi_J"][:-1], layers[:-1], width)), (r.chi_J, r.chi_J_se,
-                                                                                         th["chi_J"])
+    # both indexed by layer: chi_J[l-1] = J^{l,l+1} for l = 1..depth
+    assert r.chi_J.shape == th["chi_J"].shape == (depth,)
+    assert np.all(_agrees(r.chi_J, r.chi_J_se, th["chi_J"], layers, width)), (r.chi_J, r.chi_J_se, th["chi_J"])
     assert np.all(_agrees(r.J, r.J_se, th["J"], layers, width)), (r.J, r.J_se, th["J"])
 
 
 def test_factorisation_of_the_apjn():
     """J^{1,l} = prod J^{l',l'+1}, per network, up to estimator noise (exact estimator, small width)."""
     r = monte_carlo(mf.Architecture("erf"), 1.3, 0.1, depth=5, width=24, n_init=16, estimator="exact", seed=2)
-    prod = np.concatenate([[1.0], np.cumprod(r.chi_J)])
+    prod = np.concatenate([[1.0], np.cumprod(r.chi_J[:-1])])   # J^{1,l} = prod_{l' < l} chi_J[l'-1]
     assert np.all(np.abs(r.J - prod) <= 4 * r.J_se + 3 * np.arange(5) / 24 * prod)
 
 
@@ -153,3 +154,47 @@ def test_import_meanfield_does_not_import_torch():
 
     code = "import sys, meanfield; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_arrays_are_indexed_by_layer_like_kernel_profile():
+    """chi_J has one entry per layer; the extra block for J^{depth,depth+1} leaves layers 1..depth unchanged."""
+    kw = dict(sigma_w=1.3, sigma_b=0.2, width=16, n_init=4, seed=9)
+    r5 = monte_carlo("tanh", depth=5, **kw)
+    r6 = monte_carlo("tanh", depth=6, **kw)
+    th = mf.kernel_profile(activation="tanh", sigma_w=1.3, sigma_b=0.2, depth=5)
+    assert r5.chi_J.shape == r5.K.shape == r5.J.shape == th.chi_J.shape == (5,)
+    assert r5.samples["chi_J"].shape == (4, 5) and np.array_equal(r5.layers, th.layers)
+    # the same networks and probes, layer by layer (bitwise): the longer run just has one more block
+    for k in ("K", "chi_J", "J", "K12"):
+        np.testing.assert_array_equal(getattr(r5, k), getattr(r6, k)[:5], err_msg=k)
+    assert np.all(np.isfinite(r5.chi_J))
+
+
+def test_monte_carlo_result_repr_and_round_trip(tmp_path):
+    r = monte_carlo("erf", 1.2, 0.1, depth=6, width=8, n_init=3, seed=1)
+    text = repr(r)
+    assert "MonteCarloResult(" in text and "chi_J = (6) in [" in text and len(text.splitlines()) < 40
+    for ext in ("json", "npz"):
+        back = type(r).load(r.save(tmp_path / f"mc.{ext}"))
+        assert back.architecture == r.architecture and back.depth == r.depth and back.dtype == r.dtype
+        for k in ("K", "K_se", "K12", "chi_J", "chi_J_se", "J", "J_se"):
+            np.testing.assert_array_equal(getattr(back, k), getattr(r, k), err_msg=k)
+        for k, v in r.samples.items():
+            np.testing.assert_array_equal(back.samples[k], v, err_msg=k)
+    pd = phase_diagram("erf", [0.8, 1.4], [0.0, 0.3], depth=3, width=8, n_init=3, seed=1)
+    back = type(pd).load(pd.save(tmp_path / "pd.npz"))
+    np.testing.assert_array_equal(back.chi_J, pd.chi_J)
+    assert back.layer == pd.layer and back.architecture == pd.architecture
+
+
+@pytest.mark.slow
+def test_last_layer_apjn_agrees_with_theory_deep_and_wide():
+    """Depth 20, width 512: J^{l,l+1} at every layer, the last (l = depth, one extra block) included,
+    within the suite's band of kernel_profile at the same index."""
+    depth, width = 20, 512
+    r = monte_carlo("tanh", 1.3, 0.2, depth=depth, width=width, n_init=16, seed=4)
+    th = mf.kernel_profile(activation="tanh", sigma_w=1.3, sigma_b=0.2, depth=depth)
+    assert r.chi_J.shape == th.chi_J.shape == (depth,)
+    assert np.all(_agrees(r.chi_J, r.chi_J_se, th.chi_J, r.layers, width)), (r.chi_J, r.chi_J_se, th.chi_J)
+    assert abs(r.chi_J[-1] - th.chi_J[-1]) <= 4 * r.chi_J_se[-1] + C_ALLOW * depth / width * th.chi_J[-1]
+    assert np.all(_agrees(r.J, r.J_se, th.J, r.layers, width))

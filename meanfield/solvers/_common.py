@@ -6,7 +6,7 @@ import numpy as np
 from .._validate import check_nonnegative
 from ..calculus import as_architecture
 
-__all__ = ["ConvergenceError", "prepare", "variances", "raise_for_status", "ST_OK", "ST_INF",
+__all__ = ["ConvergenceError", "prepare", "require_point", "variances", "raise_for_status", "ST_OK", "ST_INF",
            "ST_MAXITER", "ST_NAN", "ST_CYCLE", "DEFAULT_MAXITER"]
 
 # status codes of meanfield/_kernels.py
@@ -26,8 +26,19 @@ def prepare(arch, kwargs):
     return arch, compiled(arch)
 
 
+def require_point(sigma_w, sigma_b):
+    """ValueError naming the missing coordinate: the public API has no default (sigma_w, sigma_b)."""
+    for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
+        if v is None:
+            raise ValueError(f"{name} is required: pass sigma_w= and sigma_b= (the weight and bias scales, "
+                             "numbers or arrays >= 0); there is no default point")
+
+
 def variances(sigma_w, sigma_b):
-    """Broadcast sigma_w, sigma_b (validated: finite, >= 0) to float64 arrays of W, T."""
+    """Broadcast sigma_w, sigma_b (validated: given, finite, >= 0) to float64 arrays of W, T."""
+    if sigma_w is not None:
+        check_nonnegative("sigma_w", sigma_w)
+    require_point(sigma_w, sigma_b)
     sw = check_nonnegative("sigma_w", sigma_w)
     sb = check_nonnegative("sigma_b", sigma_b)
     sw, sb = np.broadcast_arrays(sw, sb)

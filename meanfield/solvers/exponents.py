@@ -30,6 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._serialize import Result
 from ..calculus import Architecture
 from ._common import ST_INF, ST_OK, prepare, variances
 from .fixed import fixed_point_state
@@ -40,8 +41,8 @@ __all__ = ["Exponents", "exponents"]
 _TOL = 1e-9
 
 
-@dataclass(frozen=True)
-class Exponents:
+@dataclass(frozen=True, repr=False)
+class Exponents(Result):
     """Depth exponents at (sigma_w, sigma_b), analytic and numeric.
 
     ``regime`` is one of 'critical point', 'critical line', 'ordered',
@@ -76,6 +77,8 @@ class Exponents:
     depth: int = 0
     K0: float = np.nan
     note: str = ""
+
+    _repr_skip_nan = True   # exponents that do not exist in this regime are NaN
 
     @property
     def agree(self) -> bool:

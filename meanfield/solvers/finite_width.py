@@ -20,13 +20,13 @@ import numpy as np
 
 from .. import _fnindex as KN
 from .._validate import check_nonnegative
-from ._common import as_output, prepare, variances
+from ._common import require_point, as_output, prepare, variances
 from .fixed import kernel_profile
 
 __all__ = ["chi_Delta", "l0_correction", "apjn_from_input"]
 
 
-def chi_Delta(arch=None, sigma_w=1.0, sigma_b=0.0, K=None, **arch_kwargs):
+def chi_Delta(arch=None, sigma_w=None, sigma_b=None, K=None, **arch_kwargs):
     """chi_Delta (Definition D.2) at kernel K (default: the unit input's K^1 = sigma_w^2 + sigma_b^2)."""
     from .lines import _expr
 
@@ -37,7 +37,7 @@ def chi_Delta(arch=None, sigma_w=1.0, sigma_b=0.0, K=None, **arch_kwargs):
     return as_output(_expr(comp, KN.CHI_DELTA, K, W, T), shape)
 
 
-def l0_correction(arch=None, sigma_w=1.0, sigma_b=0.0, N0=None, q0=1.0, **arch_kwargs):
+def l0_correction(arch=None, sigma_w=None, sigma_b=None, N0=None, q0=1.0, **arch_kwargs):
     """J^{0,l}(N_0) / J^{0,l}(N_0 = inf) = 1 + (2 sigma_w^2 / N_0) chi_Delta^1 q_0 / chi_J^1 (eq. 33).
 
     ``q0`` is |x|^2 / N_0 of the input (1 for the unit-norm input, whose K^1 is
@@ -62,10 +62,11 @@ def l0_correction(arch=None, sigma_w=1.0, sigma_b=0.0, N0=None, q0=1.0, **arch_k
     return as_output(np.broadcast_to(out, shape), shape)
 
 
-def apjn_from_input(arch=None, sigma_w=1.0, sigma_b=0.0, depth=None, N0=None, q0=1.0, **arch_kwargs):
+def apjn_from_input(arch=None, sigma_w=None, sigma_b=None, depth=None, N0=None, q0=1.0, **arch_kwargs):
     """J^{0,l} for l = 1..depth (Lemma D.4): sigma_w^2 times the layer factors, with the
     finite-N_0 correction of the first factor when ``N0`` is given (None: N_0 = inf)."""
     arch, _ = prepare(arch, arch_kwargs)
+    require_point(sigma_w, sigma_b)
     q0 = float(check_nonnegative("q0", q0))
     W = float(sigma_w) ** 2
     prof = kernel_profile(arch, sigma_w, sigma_b, depth, K0=W * q0 + float(sigma_b) ** 2)

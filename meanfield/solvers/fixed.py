@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._serialize import Result
 from ..calculus import Architecture
 from ._common import (DEFAULT_MAXITER, ST_INF, as_output, prepare, raise_for_status,
                       variances)
@@ -26,8 +27,8 @@ __all__ = ["KernelProfile", "kernel_profile", "fixed_point", "chi_J", "chi_K", "
            "fixed_point_state"]
 
 
-@dataclass(frozen=True)
-class KernelProfile:
+@dataclass(frozen=True, repr=False)
+class KernelProfile(Result):
     """K^l, K12^l and chi_J^l = J^{l,l+1} for l = 1..depth (float64 arrays)."""
 
     architecture: Architecture
@@ -117,8 +118,8 @@ def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K
                          outQ if need_pair else None, outX)
 
 
-@dataclass(frozen=True)
-class FixedPointState:
+@dataclass(frozen=True, repr=False)
+class FixedPointState(Result):
     """The fixed point reached from K0 and the factors there (arrays broadcast over the inputs).
 
     ``K`` is inf where the kernel diverges; ``K12`` is nan for one-input
@@ -140,7 +141,7 @@ class FixedPointState:
         return self.status == ST_INF
 
 
-def fixed_point_state(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, maxiter=DEFAULT_MAXITER,
+def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None, maxiter=DEFAULT_MAXITER,
                       errors="raise", **arch_kwargs) -> FixedPointState:
     """Fixed point reached from K0 (default: the unit-norm input), with chi_J*, chi_K* there."""
     arch, comp = prepare(arch, arch_kwargs)
@@ -162,7 +163,7 @@ def fixed_point_state(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, 
                            outC.reshape(shape), outS.reshape(shape))
 
 
-def fixed_point(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, errors="raise", **arch_kwargs):
+def fixed_point(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None, errors="raise", **arch_kwargs):
     """The kernel fixed point K* reached by iterating from K0 (inf when K^l diverges).
 
     Broadcasts over ``sigma_w``, ``sigma_b`` and ``K0``; returns a float for
@@ -176,13 +177,13 @@ def fixed_point(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, errors
     return as_output(st.K, st.K.shape)
 
 
-def chi_J(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, errors="raise", **arch_kwargs):
+def chi_J(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None, errors="raise", **arch_kwargs):
     """chi_J* = J^{l,l+1} at the fixed point reached from K0 (its limit where K* = inf)."""
     st = fixed_point_state(arch, sigma_w, sigma_b, K0, K12_0, errors=errors, **arch_kwargs)
     return as_output(st.chi_J, st.K.shape)
 
 
-def chi_K(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, errors="raise", **arch_kwargs):
+def chi_K(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None, errors="raise", **arch_kwargs):
     """chi_K* = dK^{l+1}/dK^l at the fixed point reached from K0."""
     st = fixed_point_state(arch, sigma_w, sigma_b, K0, K12_0, errors=errors, **arch_kwargs)
     return as_output(st.chi_K, st.K.shape)

@@ -21,11 +21,13 @@ import numpy as np
 
 from .. import _fnindex as KN
 from .._validate import check_finite_array, check_nonnegative
+from .._serialize import Result
 from ..calculus import Architecture
 from ._common import ST_INF, ST_OK, prepare, variances
 from .fixed import fixed_point_state
 
-__all__ = ["CriticalLine", "critical_line", "CriticalPoint", "CriticalPoints", "critical_point",
+__all__ = ["PHASES", "PHASE_ORDERED", "PHASE_CRITICAL", "PHASE_CHAOTIC", "PHASE_DIVERGENT",
+           "PHASE_UNDETERMINED", "phase_names", "CriticalLine", "critical_line", "CriticalPoint", "CriticalPoints", "critical_point",
            "FixedPoint", "fixed_points", "correlation_length", "PhaseDiagram", "phase_diagram",
            "asymptotic_regime"]
 
@@ -72,8 +74,8 @@ def asymptotic_regime(arch=None, **arch_kwargs) -> str:
 # ---------------------------------------------------------------------------
 # Critical lines.
 # ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CriticalLine:
+@dataclass(frozen=True, repr=False)
+class CriticalLine(Result):
     """Points (sigma_w, sigma_b) with chi_J* = 1, solved for one coordinate.
 
     ``solved_for`` is 'sigma_b' (sigma_w given), 'sigma_w' (sigma_b given) or
@@ -281,8 +283,8 @@ def _expr(comp, which, K, W, T, Q=None):
 # ---------------------------------------------------------------------------
 # All fixed points of the kernel map at one (sigma_w, sigma_b).
 # ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FixedPoint:
+@dataclass(frozen=True, repr=False)
+class FixedPoint(Result):
     """A fixed point K* of the kernel map with its stability and basin.
 
     ``stability``: 'stable' (chi_K < 1), 'unstable' (chi_K > 1),
@@ -314,7 +316,7 @@ def _classify(comp, K, W, T, g_below, g_above):
     return chiK, "half-stable from below"
 
 
-def fixed_points(arch=None, sigma_w=1.0, sigma_b=0.0, K_max=1e10, _known=(), **arch_kwargs) -> list:
+def fixed_points(arch=None, sigma_w=None, sigma_b=None, K_max=1e10, _known=(), **arch_kwargs) -> list:
     """Every fixed point of the one-input kernel map in [0, K_max], with stability and basin.
 
     Roots of g = F(K) - K are found on a log grid (sign changes, then Brent)
@@ -396,8 +398,8 @@ def fixed_points(arch=None, sigma_w=1.0, sigma_b=0.0, K_max=1e10, _known=(), **a
 # ---------------------------------------------------------------------------
 # Critical points.
 # ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CriticalPoint:
+@dataclass(frozen=True, repr=False)
+class CriticalPoint(Result):
     """A point with chi_J* = chi_K* = 1.
 
     ``c2``, ``c3`` are the series coefficients of dK^{l+1} = dK - c_2 dK^2 -
@@ -422,8 +424,8 @@ class CriticalPoint:
     note: str = ""
 
 
-@dataclass(frozen=True)
-class CriticalPoints:
+@dataclass(frozen=True, repr=False)
+class CriticalPoints(Result):
     """All critical points of an architecture (a sequence of :class:`CriticalPoint`)."""
 
     architecture: Architecture
@@ -433,6 +435,12 @@ class CriticalPoints:
 
     def __len__(self):
         return len(self.points)
+
+    def _repr_extra(self):
+        if not self.points:
+            return {}
+        return {"at": ", ".join(f"(sigma_w={p.sigma_w:.6g}, sigma_b={p.sigma_b:.6g}, K*={p.K_star:.6g})"
+                                for p in self.points)}
 
     def __getitem__(self, i):
         return self.points[i]
@@ -600,7 +608,7 @@ def _stability_from_series(c2, c3, K):
 # ---------------------------------------------------------------------------
 # Correlation length and phase diagrams.
 # ---------------------------------------------------------------------------
-def correlation_length(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, errors="raise", **arch_kwargs):
+def correlation_length(arch=None, sigma_w=None, sigma_b=None, K0=None, errors="raise", **arch_kwargs):
     """xi = 1 / |log chi_J*| (inf on the critical line; J^{l0,l} ~ exp(-l/xi) off it).
 
     Where K^l diverges chi_J* is the limit of chi_J^l (for the everywhere- or
@@ -613,16 +621,35 @@ def correlation_length(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, errors="rai
     return float(xi) if np.ndim(xi) == 0 else xi
 
 
-PHASES = {-1: "ordered", 0: "critical", 1: "chaotic"}
+#: Phase codes of :attr:`PhaseDiagram.phase` (int8) and their names (the labels in CSV and JSON).
+#: ordered: chi_J* < 1; critical: |chi_J* - 1| <= tol; chaotic: chi_J* > 1 (also where K* = inf
+#: and chi_J^l has that limit, e.g. ReLU with sigma_w^2 > 2); divergent: K* = inf and chi_J^l has
+#: no finite limit there (so no phase follows from it); undetermined: the fixed-point solve failed
+#: (no limit: an oscillating map, the iteration cap, NaN in the recursion).
+PHASE_ORDERED, PHASE_CRITICAL, PHASE_CHAOTIC, PHASE_DIVERGENT, PHASE_UNDETERMINED = -1, 0, 1, 2, 3
+PHASES = {PHASE_ORDERED: "ordered", PHASE_CRITICAL: "critical", PHASE_CHAOTIC: "chaotic",
+          PHASE_DIVERGENT: "divergent", PHASE_UNDETERMINED: "undetermined"}
 
 
-@dataclass(frozen=True)
-class PhaseDiagram:
+def phase_names(codes) -> np.ndarray:
+    """Names of phase codes (:data:`PHASES`) as a str array of the same shape."""
+    codes = np.asarray(codes)
+    out = np.full(codes.shape, "undetermined", dtype="<U12")
+    for code, name in PHASES.items():
+        out[codes == code] = name
+    return out
+
+
+@dataclass(frozen=True, repr=False)
+class PhaseDiagram(Result):
     """chi_J*, K*, chi_K*, xi and the phase on a (sigma_w, sigma_b) grid.
 
-    Arrays have shape (len(sigma_w), len(sigma_b)); ``phase`` holds -1
-    (ordered, chi_J* < 1), 0 (critical, |chi_J* - 1| <= tol) and 1 (chaotic);
-    :data:`PHASES` names them.
+    Arrays have shape (len(sigma_w), len(sigma_b)), ``[i, j]`` at
+    (sigma_w[i], sigma_b[j]). ``phase`` (int8) holds the codes of
+    :data:`PHASES`: -1 ordered (chi_J* < 1), 0 critical (|chi_J* - 1| <=
+    ``tol``), 1 chaotic (chi_J* > 1), 2 divergent (K* = inf with no finite
+    limit of chi_J^l), 3 undetermined (the solve failed; chi_J*, K* are NaN).
+    :meth:`phase_names` gives the names, :meth:`plot` the figure.
     """
 
     architecture: Architecture
@@ -637,34 +664,52 @@ class PhaseDiagram:
     tol: float = field(default=1e-9)
 
     def phase_names(self) -> np.ndarray:
-        return np.vectorize(PHASES.get, otypes=[object])(self.phase)
+        """The phase of every grid point by name (str array, shape of ``phase``)."""
+        return phase_names(self.phase)
 
-    def plot(self, ax=None, line=True, cmap="RdBu_r"):
-        """log(chi_J*) as an image with the critical line drawn on top (matplotlib)."""
-        import matplotlib.pyplot as plt
+    def counts(self) -> dict:
+        """Number of grid points in each phase, by name (every name of :data:`PHASES`)."""
+        return {name: int(np.count_nonzero(self.phase == code)) for code, name in PHASES.items()}
 
-        if ax is None:
-            _, ax = plt.subplots(figsize=(5, 4))
-        with np.errstate(divide="ignore"):
-            z = np.log(self.chi_J).T
-        lim = np.nanmax(np.abs(z[np.isfinite(z)])) if np.any(np.isfinite(z)) else 1.0
-        im = ax.pcolormesh(self.sigma_w, self.sigma_b, z, cmap=cmap, vmin=-lim, vmax=lim, shading="auto")
-        plt.colorbar(im, ax=ax, label=r"$\log \chi_J^\star$")
-        if line and not self.everywhere_critical:
-            cl = critical_line(self.architecture, sigma_w=np.linspace(self.sigma_w.min(), self.sigma_w.max(), 400))
-            ax.plot(cl.sigma_w, cl.sigma_b, "k-", lw=1.5, label="critical line")
-        ax.set_xlabel(r"$\sigma_w$")
-        ax.set_ylabel(r"$\sigma_b$")
-        ax.set_title(str(self.architecture))
-        return ax
+    def _repr_extra(self):
+        return {"counts": ", ".join(f"{k} {v}" for k, v in self.counts().items() if v)}
+
+    def _table(self):
+        SW, SB = np.meshgrid(self.sigma_w, self.sigma_b, indexing="ij")
+        return {"sigma_w": SW.ravel(), "sigma_b": SB.ravel(), "K_star": self.K.ravel(),
+                "chi_J": self.chi_J.ravel(), "chi_K": self.chi_K.ravel(), "xi": self.xi.ravel(),
+                "phase": self.phase_names().ravel()}
+
+    def to_dict(self) -> dict:
+        """Fields as strict JSON data, with ``phase_names`` (the labels) next to the codes."""
+        out = super().to_dict()
+        out["phase_names"] = self.phase_names().tolist()
+        out["phase_codes"] = {str(k): v for k, v in PHASES.items()}
+        return out
+
+    def plot(self, ax=None, line=True, cmap="RdBu_r", *, path=None, points=True, dpi=300, title=None,
+             symmetric=False):
+        """The figure of :func:`meanfield.plotting.plot_phase_diagram` (see there); returns the Axes.
+
+        log chi_J* centred on 0 with each side's colour range fitted to the
+        data, the critical line and critical points inside the grid, the phase
+        names, divergent/undetermined points hatched grey; ``path`` saves it
+        (.pdf/.svg/.eps vector, .png at ``dpi``).
+        """
+        from ..plotting import plot_phase_diagram
+
+        return plot_phase_diagram(self, ax=ax, path=path, line=line, points=points, cmap=cmap, dpi=dpi,
+                                  title=title, symmetric=symmetric)
 
 
 def phase_diagram(arch=None, sigma_w=None, sigma_b=None, tol=1e-9, errors="nan", **arch_kwargs) -> PhaseDiagram:
     """chi_J*, xi and the phase on the grid sigma_w x sigma_b (1-D arrays).
 
-    Points where the fixed-point solve fails are NaN (``errors='raise'`` to
-    raise instead). Everywhere-critical architectures are marked critical
-    throughout.
+    Points where the fixed-point solve fails are NaN with phase
+    'undetermined' (``errors='raise'`` to raise instead); points where K*
+    diverges and chi_J^l has no finite limit are 'divergent' (see
+    :data:`PHASES`). Everywhere-critical architectures are marked critical
+    throughout (where the solve succeeds).
     """
     arch, _ = prepare(arch, arch_kwargs)
     if sigma_w is None or sigma_b is None:
@@ -679,8 +724,14 @@ def phase_diagram(arch=None, sigma_w=None, sigma_b=None, tol=1e-9, errors="nan",
     X = st.chi_J
     with np.errstate(divide="ignore", invalid="ignore"):
         xi = np.where(X == 1.0, np.inf, 1.0 / np.abs(np.log(X)))
-    phase = np.where(np.abs(X - 1.0) <= tol, 0, np.where(X < 1.0, -1, 1)).astype(np.int8)
+    phase = np.where(np.abs(X - 1.0) <= tol, PHASE_CRITICAL,
+                     np.where(X < 1.0, PHASE_ORDERED, PHASE_CHAOTIC)).astype(np.int8)
     if regime == "everywhere_critical":
-        phase[:] = 0
+        phase[:] = PHASE_CRITICAL
         xi = np.full(X.shape, np.inf)
+    # NaN compares False: without these the NaN points would read as chaotic
+    undefined = ~np.isfinite(X)
+    phase[undefined & (st.status == ST_INF)] = PHASE_DIVERGENT
+    phase[undefined & (st.status != ST_INF)] = PHASE_UNDETERMINED
+    xi = np.where(undefined, np.nan, xi)
     return PhaseDiagram(arch, sw, sb, X, st.K, st.chi_K, xi, phase, regime == "everywhere_critical", tol)

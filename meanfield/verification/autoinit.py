@@ -405,9 +405,14 @@ def _relu_mlp_weights(model, blocks):
 # --------------------------------------------------------------------------- report
 
 
-@dataclass
+@dataclass(repr=False)
 class Measurement:
     """APJN and kernel of one model: ``J[l]`` = J^{l,l+1} between ``blocks[l]`` and ``blocks[l+1]``."""
+
+    def __repr__(self):  # short: shapes and headline numbers (meanfield._serialize)
+        from .._serialize import summarize
+
+        return summarize(self)
 
     blocks: list
     J: np.ndarray
@@ -422,9 +427,14 @@ class Measurement:
                 "K": self.K.tolist(), "method": self.method, "n_probes": self.n_probes, "batch": self.batch}
 
 
-@dataclass
+@dataclass(repr=False)
 class AutoInitReport:
     """What :func:`autoinit` did. ``J_*[l]`` is J^{l,l+1} between ``blocks[l]`` and ``blocks[l+1]``."""
+
+    def __repr__(self):  # short: shapes and headline numbers (meanfield._serialize)
+        from .._serialize import summarize
+
+        return summarize(self)
 
     blocks: list
     loss: str
@@ -640,9 +650,14 @@ def _check_order(twin, x):
         raise ValueError(f"blocks are not in execution order: given {twin.blocks}, executed {seen}")
 
 
-@dataclass
+@dataclass(repr=False)
 class BatchSizeScan:
     """J^{l,l+1} against batch size (paper section 3): ``J[i, l]`` at ``batch_sizes[i]``."""
+
+    def __repr__(self):  # short: shapes and headline numbers (meanfield._serialize)
+        from .._serialize import summarize
+
+        return summarize(self)
 
     blocks: list
     batch_sizes: np.ndarray

@@ -12,9 +12,12 @@ penultimate APJN J^{L-2,L-1} (partial-Jacobian paper, Prop. 2.6).
 Conventions (those of :func:`meanfield.solvers.kernel_profile`):
 
 * Layers l = 1..depth; h^1 = W^1 x + b^1 is the input layer's output,
-  h^{l+1} = block(h^l). ``K[l-1]`` = K^l = E[(1/N) sum_i h_i^l(x)^2],
-  ``chi_J[l-1]`` = J^{l,l+1} (l = 1..depth-1), ``J[l-1]`` = J^{l0,l}
-  (l = 1..depth, with J^{l0,l0} = 1 and nan for l < l0).
+  h^{l+1} = block(h^l). Every array is indexed by layer as in
+  ``kernel_profile``, with length ``depth``: ``K[l-1]`` = K^l =
+  E[(1/N) sum_i h_i^l(x)^2], ``chi_J[l-1]`` = J^{l,l+1} (the block after
+  h^l; for l = depth one more block is run for it, whose output is not
+  otherwise used, so ``mc.chi_J - kernel_profile(...).chi_J`` needs no
+  slicing), ``J[l-1]`` = J^{l0,l} (J^{l0,l0} = 1, nan for l < l0).
 * Inputs have |x|^2 / N0 = 1 exactly and, in a batch, pairwise overlaps
   x.x'/N0 = ``input_correlation`` exactly (orthonormal construction) when
   the input dimension allows it, so K^1 = sigma_w^2 + sigma_b^2 and
@@ -43,6 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .._serialize import Result
 from .._validate import check_nonnegative
 from ..calculus import Architecture, as_architecture
 from .networks import Context, input_layer, realise
@@ -133,15 +137,20 @@ def make_inputs(batch: int, tokens: int, input_dim: int, correlation: float = 0.
 # ---------------------------------------------------------------------------
 # Results.
 # ---------------------------------------------------------------------------
-@dataclass
-class MonteCarloResult:
+@dataclass(repr=False)
+class MonteCarloResult(Result):
     """Monte-Carlo estimates with standard errors over initialisations (numpy arrays).
 
-    ``K``, ``K_se``: K^l, l = 1..depth. ``K12``, ``K12_se``: the mean
-    off-diagonal kernel between different inputs (nan when batch = 1).
-    ``chi_J``, ``chi_J_se``: J^{l,l+1}, l = 1..depth-1. ``J``, ``J_se``:
-    J^{l0,l}, l = 1..depth. ``samples`` holds the per-initialisation
-    estimates (first axis: initialisation) for bootstrap fits.
+    Every array has length ``depth`` and entry ``[l-1]`` belongs to layer
+    l = 1..depth (``layers``), the indexing of
+    :func:`meanfield.kernel_profile`: ``K``, ``K_se``: K^l. ``K12``,
+    ``K12_se``: the mean off-diagonal kernel between different inputs (nan
+    when batch = 1). ``chi_J``, ``chi_J_se``: J^{l,l+1}, the block after
+    h^l (for l = depth measured across one extra block). ``J``, ``J_se``:
+    J^{l0,l} = prod_{l0 <= l' < l} chi_J[l'-1] in expectation. ``samples``
+    holds the per-initialisation estimates (first axis: initialisation,
+    second: layer) for bootstrap fits. ``save``/``load`` as every result
+    (:class:`meanfield._serialize.Result`).
     """
 
     architecture: Architecture
@@ -189,8 +198,8 @@ class MonteCarloResult:
         return out
 
 
-@dataclass
-class PhaseDiagramResult:
+@dataclass(repr=False)
+class PhaseDiagramResult(Result):
     """Monte-Carlo J^{layer,layer+1} on a grid: ``chi_J[i, j]`` at (sigma_w[i], sigma_b[j])."""
 
     architecture: Architecture
@@ -281,7 +290,9 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
     x, overlap = make_inputs(B, T, N0, input_correlation, seed, device, dtype, input_norm)
     P = len(sw)
     params = {"sigma_w": sw, "sigma_b": sb, "mu": arch.mu if arch.mu is not None else 0.0, "eps": arch.eps}
-    chi_layers = set(range(1, depth)) if chi_layers is None else set(chi_layers)
+    # J^{l,l+1} for every layer l = 1..depth: for l = depth one more block runs (its weights are drawn
+    # after every other block's, so the networks' layers 1..depth are unchanged by it)
+    chi_layers = set(range(1, depth + 1)) if chi_layers is None else set(chi_layers)
     if exact:
         dim = (B if coupled else 1) * T * width
         if dim > _EXACT_MAX_DIM:
@@ -293,7 +304,7 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
     inp = input_layer(width, "features")
     K_all = np.full((n_init, P, depth), np.nan)
     K12_all = np.full((n_init, P, depth), np.nan)
-    chi_all = np.full((n_init, P, max(depth - 1, 0)), np.nan)
+    chi_all = np.full((n_init, P, depth), np.nan)
     J_all = np.full((n_init, P, depth), np.nan)
     for start in range(0, n_init, init_chunk):
         idx = range(start, min(n_init, start + init_chunk))
@@ -312,11 +323,14 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
                     K12_all[sl, :, l - 1] = K12.double().cpu().numpy()
                 if track_J and R1 and l > l0:
                     J_all[sl, :, l - 1] = _apjn(z[:, :, 1:1 + R1], exact).double().cpu().numpy()
-                if l == depth:
+                if l == depth and l not in chi_layers:
                     break
+                if l == depth and R1:  # past the last layer only J^{depth,depth+1} is wanted
+                    z, R1 = z[:, :, :1], 0
                 parts = [z]
                 if track_J and l == l0:
                     J_all[sl, :, l - 1] = 1.0
+                if track_J and l == l0 and l < depth:
                     cum = _probes(ctx, n_probes, B, T, width, exact, coupled, P, key=(2, l))
                     R1 = cum.shape[2]
                     parts.append(cum)
@@ -333,6 +347,8 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
                     z = z[:, :, :1 + R1]
                 if progress is not None:
                     progress(len(idx))
+                if l == depth:
+                    break
     return dict(K=K_all, K12=K12_all, chi=chi_all, J=J_all, overlap=overlap, tokens=T, input_dim=N0)
 
 
@@ -388,7 +404,7 @@ def _validate_common(arch, depth, width, n_init, batch, device, dtype, seed, kwa
     return arch, depth, width, n_init, batch, dev, dtype, seed
 
 
-def monte_carlo(arch, sigma_w=1.0, sigma_b=0.0, depth=10, width=256, n_init=32, batch=1, device=None,
+def monte_carlo(arch, sigma_w=None, sigma_b=None, depth=10, width=256, n_init=32, batch=1, device=None,
                 seed=0, dtype=torch.float64, *, estimator="hutchinson", n_probes=1, l0=1, input_dim=None,
                 tokens=None, input_correlation=0.0, input_norm=1.0, init_chunk=None) -> MonteCarloResult:
     """Measure K^l, J^{l,l+1} and J^{l0,l} on ``n_init`` random networks of ``arch``.
@@ -397,7 +413,8 @@ def monte_carlo(arch, sigma_w=1.0, sigma_b=0.0, depth=10, width=256, n_init=32, 
     ----------
     arch : Architecture or activation name
     sigma_w, sigma_b : float
-        Weight and bias scales (W ~ N(0, sigma_w^2/fan_in), b ~ N(0, sigma_b^2)).
+        Weight and bias scales (W ~ N(0, sigma_w^2/fan_in), b ~ N(0, sigma_b^2));
+        required (no default point).
     depth : int >= 2
         Layers h^1..h^depth (input layer + depth - 1 blocks).
     width : int >= 1
@@ -439,6 +456,11 @@ def monte_carlo(arch, sigma_w=1.0, sigma_b=0.0, depth=10, width=256, n_init=32, 
     arch, depth, width, n_init, batch, dev, dtype, seed = _validate_common(
         arch, depth, width, n_init, batch, device, dtype, seed,
         dict(estimator=estimator, n_probes=n_probes, tokens=tokens, input_dim=input_dim))
+    from ..solvers._common import require_point
+
+    if sigma_w is not None:
+        check_nonnegative("sigma_w", sigma_w)
+    require_point(sigma_w, sigma_b)
     sw = float(check_nonnegative("sigma_w", sigma_w))
     sb = float(check_nonnegative("sigma_b", sigma_b))
     l0 = _check_int("l0", l0, 1)

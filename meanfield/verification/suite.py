@@ -176,6 +176,8 @@ def _kind_profile(case, device, dtype):
         ll = layers[: len(mc)]
         cmp_ = _compare(mc, se, t, ll, r.width, z, c, r.batch, bn)
         mask = ll >= first
+        if q == "chi_J":  # the bands were set on the blocks inside the network, l < depth
+            mask &= ll < r.depth
         cmp_["ok"] = cmp_["ok"] | ~mask
         n_bad = int((~cmp_["ok"]).sum())
         ok_all &= n_bad == 0
@@ -313,7 +315,7 @@ def _kind_bn_batch(case, device, dtype):
         kw = _common_mc_kwargs({**case, "batch": B}, device, dtype)
         r = monte_carlo(arch, sw, sb, **kw)
         th = _theory_for(arch, sw, sb, r.depth, r)
-        per = r.samples["chi_J"][:, first - 1:]  # (n_init, layers)
+        per = r.samples["chi_J"][:, first - 1:r.depth - 1]  # (n_init, layers first..depth-1)
         m = per.mean()
         se = per.mean(1).std(ddof=1) / math.sqrt(r.n_init)
         t = float(np.mean(th["chi_J"][first - 1:r.depth - 1]))
@@ -350,6 +352,8 @@ def _kind_hutchinson_vs_exact(case, device, dtype):
     for q in ("chi_J", "J"):
         d = hu.samples[q] - ex.samples[q]
         keep = ~np.isnan(d).any(0)
+        if q == "chi_J":  # the blocks inside the network, l < depth, as the case was set up
+            keep[hu.depth - 1:] = False
         d = d[:, keep]
         se = d.std(0, ddof=1) / math.sqrt(d.shape[0])
         zmax = float(np.max(np.abs(d.mean(0)) / np.where(se > 0, se, np.inf)))
@@ -370,8 +374,9 @@ def _kind_factorisation(case, device, dtype):
     sw, sb = float(case["sigma_w"]), float(case["sigma_b"])
     r = monte_carlo(arch, sw, sb, **_common_mc_kwargs(case, device, dtype))
     z, c = _tol(case)
-    prod = np.concatenate([[1.0], np.cumprod(r.chi_J)])
-    rel_se = np.concatenate([[0.0], np.sqrt(np.cumsum((r.chi_J_se / r.chi_J) ** 2))])
+    # J^{1,l} = prod_{l' < l} J^{l',l'+1}: chi_J[l'-1] for l' = 1..depth-1
+    prod = np.concatenate([[1.0], np.cumprod(r.chi_J[:-1])])
+    rel_se = np.concatenate([[0.0], np.sqrt(np.cumsum((r.chi_J_se[:-1] / r.chi_J[:-1]) ** 2))])
     prod_se = prod * rel_se
     se = np.sqrt(r.J_se**2 + prod_se**2)
     layers = np.arange(1, r.depth + 1)
@@ -405,7 +410,7 @@ def _kind_width_scan(case, device, dtype):
         kw = _common_mc_kwargs({**case, "width": N, **extra}, device, dtype)
         r = monte_carlo(arch, sw, sb, **kw)
         th = _theory_for(arch, sw, sb, r.depth, r)
-        per = r.samples["chi_J"][:, first - 1:].mean(1)
+        per = r.samples["chi_J"][:, first - 1:r.depth - 1].mean(1)   # layers first..depth-1
         rows.append({"width": N, "mc": float(per.mean()), "se": float(per.std(ddof=1) / math.sqrt(r.n_init)),
                      "theory": float(np.mean(th["chi_J"][first - 1:r.depth - 1])), "seconds": r.seconds})
     x = np.array([1.0 / r_["width"] for r_ in rows])

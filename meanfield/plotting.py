@@ -1,0 +1,262 @@
+r"""Figures of the package (matplotlib, imported on first use).
+
+:func:`plot_phase_diagram` draws a :class:`~meanfield.PhaseDiagram`: log chi_J*
+on a diverging colour map centred on log chi_J* = 0 (white) with each side
+fitted to the data (its ends at the grid's extreme log chi_J*), the
+critical line chi_J* = 1 and the critical points chi_J* = chi_K* = 1 that fall
+inside the grid, the phases named where they lie, and the points where no
+phase follows (K* diverges without a limit of chi_J^l, or the solve failed)
+in hatched grey. Both ``PhaseDiagram.plot`` and ``meanfield phase-diagram``
+call it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["plot_phase_diagram", "architecture_latex", "colour_range", "FIGURE_FORMATS"]
+
+#: extensions :func:`plot_phase_diagram` writes (vector: pdf, svg, eps; raster: png)
+FIGURE_FORMATS = (".pdf", ".svg", ".eps", ".png")
+
+_NORM_LATEX = {"none": None, "ln_pre": "pre-LayerNorm", "ln_post": "post-LayerNorm", "bn": "BatchNorm"}
+_ACT_NAMES = {"relu": "ReLU", "gelu": "GELU", "silu": "SiLU", "selu": "SELU", "elu": "ELU",
+              "leaky_relu": "leaky ReLU", "hard_tanh": "hard tanh"}
+_NO_PHASE_STYLE = {  # phase code -> (face colour, hatch)
+    2: ("0.55", "//"),
+    3: ("0.80", "xx"),
+}
+
+
+def architecture_latex(arch) -> str:
+    r"""A readable description of an Architecture for titles (``GELU, pre-LayerNorm, $\mu = 0.5$``)."""
+    name = arch.activation.name
+    parts = [_ACT_NAMES.get(name, name)]
+    if arch.block == "resmlp":
+        parts.insert(0, "ResMLP")
+    elif arch.block == "mixer":
+        parts.insert(0, "MLP-Mixer")
+    norm = _NORM_LATEX.get(arch.norm)
+    if norm:
+        parts.append(norm)
+    if arch.stages > 1:
+        parts.append(f"{arch.stages} stages per block")
+    if arch.residual:
+        parts.append(rf"$\mu = {arch.mu:g}$")
+    if arch.block == "resmlp":
+        parts.append(rf"$\epsilon = {arch.eps:g}$")
+    return ", ".join(parts)
+
+
+def _pyplot():
+    # matplotlib picks a non-interactive backend by itself where there is no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _edges(x: np.ndarray) -> np.ndarray:
+    """Cell edges around grid points (pcolormesh 'flat' shading, each point at its cell's centre)."""
+    x = np.asarray(x, dtype=float)
+    if x.size == 1:
+        return np.array([x[0] - 0.5, x[0] + 0.5])
+    mid = 0.5 * (x[1:] + x[:-1])
+    return np.concatenate([[x[0] - (mid[0] - x[0])], mid, [x[-1] + (x[-1] - mid[-1])]])
+
+
+def colour_range(chi_J, symmetric=False) -> tuple:
+    """(vmin, vmax) of log chi_J* for the colour map, centred on log chi_J* = 0.
+
+    Each side is fitted to the data: vmin is the smallest finite log chi_J*,
+    vmax the largest, so the ordered and the chaotic side both use their full
+    colour ramp (a side the grid does not reach mirrors the other; 1 when
+    there is no finite value). ``symmetric=True``: +-max |log chi_J*|, one
+    scale for both sides (then a side that stays near 0, such as the chaotic
+    wedge of GELU + pre-LN, mu = 0.5, is nearly white).
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.log(np.asarray(chi_J, dtype=float))
+    fin = z[np.isfinite(z)]
+    lo = float(fin.min()) if fin.size else 0.0
+    hi = float(fin.max()) if fin.size else 0.0
+    lim = max(abs(lo), abs(hi)) or 1.0
+    if symmetric:
+        return -lim, lim
+    lo = lo if lo < 0 else -lim
+    hi = hi if hi > 0 else lim
+    return lo, hi
+
+
+def _critical_line_xy(pd, n=400):
+    """Points of the critical line inside the grid's window, solved for sigma_b and for sigma_w.
+
+    Solving sigma_b(sigma_w) misses vertical pieces (ReLU: sigma_w = sqrt 2 for
+    every sigma_b), solving sigma_w(sigma_b) misses horizontal ones, so both
+    are solved and each is drawn where it has points.
+    """
+    from .solvers import critical_line
+
+    sw0, sw1 = float(pd.sigma_w.min()), float(pd.sigma_w.max())
+    sb0, sb1 = float(pd.sigma_b.min()), float(pd.sigma_b.max())
+    curves = []
+    for given in ("sigma_w", "sigma_b"):
+        lo, hi = (sw0, sw1) if given == "sigma_w" else (sb0, sb1)
+        if hi <= lo or hi < 0:
+            continue
+        grid = np.linspace(max(lo, 0.0), hi, n)
+        try:
+            cl = critical_line(pd.architecture, **{given: grid})
+        except (ValueError, RuntimeError):
+            continue
+        x, y = np.array(cl.sigma_w, dtype=float), np.array(cl.sigma_b, dtype=float)
+        inside = np.isfinite(x) & np.isfinite(y) & (x >= sw0) & (x <= sw1) & (y >= sb0) & (y <= sb1)
+        x[~inside], y[~inside] = np.nan, np.nan
+        # break the curve where the solved coordinate jumps (another branch), not draw across
+        solved = y if given == "sigma_w" else x
+        span = (sb1 - sb0) if given == "sigma_w" else (sw1 - sw0)
+        jump = np.flatnonzero(np.abs(np.diff(solved)) > 0.1 * max(span, 1e-12))
+        x, y = np.insert(x, jump + 1, np.nan), np.insert(y, jump + 1, np.nan)
+        if np.count_nonzero(np.isfinite(x)) >= 2:
+            curves.append((x, y))
+    return curves
+
+
+def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="RdBu_r", dpi=300,
+                       title=None, figsize=(5.0, 4.0), symmetric=False):
+    r"""Draw a :class:`~meanfield.PhaseDiagram`; optionally save it. Returns the Axes.
+
+    Parameters
+    ----------
+    pd : PhaseDiagram
+    ax : matplotlib Axes, optional
+        Draw into it (default: a new figure of ``figsize`` inches).
+    path : str or Path, optional
+        Save the figure there; the format follows the extension, one of
+        :data:`FIGURE_FORMATS` (pdf, svg, eps: vector; png: raster at ``dpi``).
+        The file's metadata carry the title and the architecture.
+    line : bool
+        Draw the critical line chi_J* = 1 (solved with
+        :func:`~meanfield.critical_line`, not read off the grid).
+    points : bool
+        Mark the critical points chi_J* = chi_K* = 1 inside the grid
+        (:func:`~meanfield.critical_point`).
+    cmap : str
+        Diverging colour map; its centre (white for RdBu_r) is log chi_J* = 0,
+        and each side reaches its end at the extreme log chi_J* of the grid
+        (:func:`colour_range`); ``symmetric=True`` for one scale +-max
+        |log chi_J*| on both sides.
+    dpi : int
+        Resolution of raster output (default 300, print quality).
+    title : str, optional
+        Default: the architecture in words with LaTeX symbols.
+
+    The legend lists the critical line and points only when they are drawn,
+    and the grey hatched kinds of point (divergent, undetermined) only when
+    the grid has some. Phase names are written at the centre of their region.
+    """
+    from matplotlib.colors import ListedColormap, TwoSlopeNorm
+    from matplotlib.patches import Patch
+
+    from .solvers.lines import PHASES
+
+    plt = _pyplot()
+    if path is not None:
+        path = Path(path)
+        if path.suffix.lower() not in FIGURE_FORMATS:
+            raise ValueError(f"path must end in one of {', '.join(FIGURE_FORMATS)} (the figure format), "
+                             f"got {str(path)!r}")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    else:
+        fig = ax.figure
+    sw, sb = np.asarray(pd.sigma_w, float), np.asarray(pd.sigma_b, float)
+    xe, ye = _edges(sw), _edges(sb)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.log(np.asarray(pd.chi_J, dtype=float))
+    lo, hi = colour_range(pd.chi_J, symmetric)
+    mesh = ax.pcolormesh(xe, ye, np.ma.masked_invalid(z).T, cmap=cmap, norm=TwoSlopeNorm(0.0, lo, hi),
+                         shading="flat")
+    mesh.set_label("log chi_J")
+    cbar = fig.colorbar(mesh, ax=ax, label=r"$\log \chi_J^\star$")
+    cbar.solids.set_rasterized(False)   # matplotlib rasterizes long colour bars; keep vector files all vector
+    handles = []
+    phase = np.asarray(pd.phase)
+    for code, (colour, hatch) in _NO_PHASE_STYLE.items():
+        sel = phase == code
+        if not sel.any():
+            continue
+        # pcolor (polygons) rather than pcolormesh: a QuadMesh does not draw hatching
+        grey = ax.pcolor(xe, ye, np.ma.masked_where(~sel, np.ones(sel.shape)).T,
+                         cmap=ListedColormap([colour]), hatch=hatch, edgecolor="0.3", linewidth=0.0)
+        grey.set_label(PHASES[code])
+        handles.append(Patch(facecolor=colour, hatch=hatch, edgecolor="0.3",
+                             label=f"{PHASES[code]} ({int(sel.sum())} points)"))
+    if line and not pd.everywhere_critical:
+        for k, (x, y) in enumerate(_critical_line_xy(pd)):
+            (ln,) = ax.plot(x, y, "k-", lw=1.6, label=r"critical line $\chi_J^\star = 1$" if k == 0 else None)
+            ln.set_gid("critical line")
+            if k == 0:
+                handles.insert(0, ln)
+    if points and not pd.everywhere_critical:
+        from .solvers import critical_point
+
+        try:
+            cps = critical_point(pd.architecture).points
+        except (ValueError, RuntimeError):
+            cps = ()
+        inside = [p for p in cps if sw.min() <= p.sigma_w <= sw.max() and sb.min() <= p.sigma_b <= sb.max()]
+        if inside:
+            (mk,) = ax.plot([p.sigma_w for p in inside], [p.sigma_b for p in inside], ls="none", marker="*",
+                            ms=13, mfc="gold", mec="k", mew=0.8, zorder=5,
+                            label=r"critical point $\chi_J^\star = \chi_K^\star = 1$")
+            mk.set_gid("critical points")
+            handles.insert(1 if handles and handles[0].get_gid() == "critical line" else 0, mk)
+    # phase names at the centre of each region (critical is a line: named in the legend)
+    if pd.everywhere_critical:
+        ax.text(0.5, 0.5, r"critical everywhere ($\chi_J^\star = 1$)", transform=ax.transAxes, ha="center",
+                va="center", fontsize=10, bbox=dict(boxstyle="round", fc="white", alpha=0.8), gid="phase label")
+    else:
+        SW, SB = np.meshgrid(sw, sb, indexing="ij")
+        for code in (-1, 1):
+            sel = phase == code
+            if sel.sum() < max(2, 0.03 * sel.size):
+                continue
+            # the region's point nearest its centroid, so the label sits inside it
+            cx, cy = SW[sel].mean(), SB[sel].mean()
+            sx = (sw.max() - sw.min()) or 1.0
+            sy = (sb.max() - sb.min()) or 1.0
+            d = ((SW[sel] - cx) / sx) ** 2 + ((SB[sel] - cy) / sy) ** 2
+            i = int(np.argmin(d))
+            ax.text(SW[sel][i], SB[sel][i], PHASES[code], ha="center", va="center", fontsize=10,
+                    bbox=dict(boxstyle="round", fc="white", alpha=0.75, lw=0.5), gid="phase label")
+    if handles:
+        ax.legend(handles=handles, loc="best", fontsize=7, framealpha=0.85)
+    ax.set_xlabel(r"$\sigma_w$")
+    ax.set_ylabel(r"$\sigma_b$")
+    ax.set_xlim(xe[0], xe[-1])
+    ax.set_ylim(ye[0], ye[-1])
+    if title is None:
+        title = "Phase diagram: " + architecture_latex(pd.architecture)
+    ax.set_title(title, fontsize=10)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = _metadata(path.suffix.lower(), title, pd)
+        fig.savefig(path, dpi=dpi, metadata=meta)
+    return ax
+
+
+def _metadata(suffix, title, pd) -> dict:
+    from . import __version__
+
+    plain = title.replace("$", "").replace("\\", "")
+    desc = (f"log chi_J* of {pd.architecture} on sigma_w {pd.sigma_w.min():g}..{pd.sigma_w.max():g} "
+            f"({pd.sigma_w.size}) x sigma_b {pd.sigma_b.min():g}..{pd.sigma_b.max():g} ({pd.sigma_b.size})")
+    creator = f"meanfield {__version__}"
+    if suffix == ".pdf":
+        return {"Title": plain, "Subject": desc, "Creator": creator}
+    if suffix == ".svg":
+        return {"Title": plain, "Description": desc, "Creator": creator}
+    if suffix == ".png":
+        return {"Title": plain, "Description": desc, "Software": creator}
+    return {"Title": plain, "Creator": creator}

@@ -1,0 +1,150 @@
+"""The phase-diagram figure: artists, colour range, labels, file formats and their metadata."""
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import meanfield as mf  # noqa: E402
+from meanfield.plotting import colour_range, plot_phase_diagram  # noqa: E402
+
+SW = np.linspace(0.5, 2.5, 9)
+SB = np.linspace(0.0, 1.0, 5)
+
+
+@pytest.fixture(scope="module")
+def relu():
+    return mf.phase_diagram(activation="relu", sigma_w=SW, sigma_b=SB)
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    plt.close("all")
+
+
+def _by_gid(ax, gid):
+    return [a for a in ax.get_children() if a.get_gid() == gid]
+
+
+def _legend(ax):
+    leg = ax.get_legend()
+    return [t.get_text() for t in leg.get_texts()] if leg else []
+
+
+def test_relu_figure_draws_the_critical_line_and_point(relu):
+    ax = relu.plot()
+    (line,) = _by_gid(ax, "critical line")
+    x, y = line.get_data()
+    ok = np.isfinite(x)
+    # ReLU: the line is sigma_w = sqrt 2 for every sigma_b (chi_J* = sigma_w^2 / 2, PJ eq. 99)
+    assert ok.sum() >= 50 and np.allclose(np.asarray(x)[ok], math.sqrt(2), rtol=1e-12)
+    assert np.nanmin(y) == pytest.approx(SB[0]) and np.nanmax(y) == pytest.approx(SB[-1])
+    (pts,) = _by_gid(ax, "critical points")
+    px, py = pts.get_data()
+    assert list(py) == [0.0] and px[0] == pytest.approx(math.sqrt(2), rel=1e-12)
+    legend = _legend(ax)
+    assert any("critical line" in t for t in legend) and any("critical point" in t for t in legend)
+    labels = {t.get_text() for t in _by_gid(ax, "phase label")}
+    assert labels == {"ordered", "chaotic"}
+    assert "ReLU" in ax.get_title() and ax.get_xlabel() == r"$\sigma_w$"
+
+
+def test_colour_range_is_centred_on_zero_and_fitted_to_the_data(relu):
+    ax = relu.plot()
+    norm = ax.collections[0].norm
+    # ReLU closed form: log chi_J* = log(sigma_w^2 / 2) over the grid
+    lo, hi = math.log(SW[0] ** 2 / 2), math.log(SW[-1] ** 2 / 2)
+    assert (norm.vmin, norm.vcenter, norm.vmax) == pytest.approx((lo, 0.0, hi), rel=1e-12)
+    # another grid, another range (nothing fixed at +-1)
+    narrow = mf.phase_diagram(activation="relu", sigma_w=[1.2, 1.5], sigma_b=[0.0, 0.5])
+    n2 = narrow.plot().collections[0].norm
+    assert (n2.vmin, n2.vmax) == pytest.approx((math.log(1.2 ** 2 / 2), math.log(1.5 ** 2 / 2)), rel=1e-12)
+    # a grid entirely on one side mirrors it so 0 stays the centre
+    assert colour_range([0.5, 0.25]) == pytest.approx((math.log(0.25), -math.log(0.25)))
+    assert colour_range([np.nan]) == (-1.0, 1.0)
+    assert colour_range([0.5, 4.0], symmetric=True) == pytest.approx((-math.log(4.0), math.log(4.0)))
+    sym = relu.plot(symmetric=True).collections[0].norm
+    assert (sym.vmin, sym.vmax) == pytest.approx((-max(-lo, hi), max(-lo, hi)), rel=1e-12)
+
+
+def test_no_legend_entry_without_a_line():
+    everywhere = mf.phase_diagram(activation="erf", norm="ln_pre", mu=1.0, sigma_w=[0.5, 1.0, 1.5], sigma_b=[0.0, 0.5])
+    ax = everywhere.plot()
+    assert not _by_gid(ax, "critical line") and not any("critical line" in t for t in _legend(ax))
+    assert [t.get_text() for t in _by_gid(ax, "phase label")] == [r"critical everywhere ($\chi_J^\star = 1$)"]
+    # a window that the critical line does not cross: no line, no entry
+    ordered = mf.phase_diagram(activation="relu", sigma_w=[0.5, 0.8, 1.1], sigma_b=[0.0, 0.5, 1.0])
+    ax = ordered.plot()
+    assert not _by_gid(ax, "critical line") and not _by_gid(ax, "critical points") and _legend(ax) == []
+
+
+def test_divergent_and_undetermined_points_are_grey_hatched_and_labelled(relu):
+    phase = relu.phase.copy()
+    chi = relu.chi_J.copy()
+    phase[-2:, :2] = mf.PHASE_DIVERGENT
+    phase[0, -1] = mf.PHASE_UNDETERMINED
+    chi[phase >= mf.PHASE_DIVERGENT] = np.nan
+    pd = dataclasses.replace(relu, phase=phase, chi_J=chi)
+    ax = pd.plot()
+    legend = _legend(ax)
+    assert "divergent (4 points)" in legend and "undetermined (1 points)" in legend
+    greys = {c.get_label(): c for c in ax.collections if c.get_label() in ("divergent", "undetermined")}
+    assert set(greys) == {"divergent", "undetermined"}
+    for c in greys.values():
+        assert c.get_hatch()
+        rgba = c.get_cmap()(0.5)
+        assert rgba[0] == rgba[1] == rgba[2] and rgba[0] < 0.9      # grey, not the white of chi_J* = 1
+    mesh = ax.collections[0]
+    assert mesh.get_cmap()(mesh.norm(0.0))[:3] != pytest.approx(greys["divergent"].get_cmap()(0.5)[:3])
+
+
+@pytest.mark.parametrize("ext", ["pdf", "svg", "png"])
+def test_saved_files_and_their_metadata(relu, tmp_path, ext):
+    path = tmp_path / f"relu.{ext}"
+    plot_phase_diagram(relu, path=path, dpi=300)
+    data = path.read_bytes()
+    if ext == "pdf":
+        assert data[:5] == b"%PDF-" and b"/Subtype /Image" not in data   # vector: no raster image inside
+        assert b"Phase diagram: ReLU" in data and b"meanfield" in data
+    elif ext == "svg":
+        text = data.decode()
+        assert "<svg" in text and "<image" not in text and "Phase diagram: ReLU" in text
+    else:
+        from PIL import Image
+
+        im = Image.open(path)
+        assert im.info["dpi"] == pytest.approx((300, 300), abs=0.01)
+        assert im.size == (1500, 1200)                   # 5 x 4 inches at 300 dpi
+        assert im.info["Title"] == "Phase diagram: ReLU" and im.info["Software"].startswith("meanfield")
+    with pytest.raises(ValueError, match="pdf"):
+        plot_phase_diagram(relu, path=tmp_path / "relu.jpeg")
+
+
+def _cli(*args, capsys):
+    from meanfield.cli import main
+
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def test_cli_uses_the_same_figure_and_labels(tmp_path, capsys):
+    out = json.loads(_cli("phase-diagram", "--activation", "relu", "--sigma-w", "0.5:2.5:9", "--sigma-b", "0:1:5",
+                          "--out", str(tmp_path / "sweep_mu0.5.pdf"), "--json", capsys=capsys))
+    assert out["figure"] == str(tmp_path / "sweep_mu0.5.pdf")
+    assert out["csv"] == str(tmp_path / "sweep_mu0.5.csv") and out["json"] == str(tmp_path / "sweep_mu0.5.json")
+    assert (tmp_path / "sweep_mu0.5.pdf").read_bytes()[:5] == b"%PDF-"
+    n_ordered = int(np.sum(SW ** 2 / 2 < 1)) * SB.size              # ReLU: chi_J* = sigma_w^2 / 2
+    assert out["points"] == {"ordered": n_ordered, "critical": 0, "chaotic": SW.size * SB.size - n_ordered,
+                             "divergent": 0, "undetermined": 0}
+    grid = json.loads((tmp_path / "sweep_mu0.5.json").read_text())
+    assert grid["phase_names"][0] == ["ordered"] * 5 and grid["phase_codes"]["3"] == "undetermined"
+    # a prefix with a dot keeps the dot; the default figure is a 300 dpi PNG
+    out = json.loads(_cli("phase-diagram", "--activation", "relu", "--sigma-w", "0.5:2.5:3", "--sigma-b", "0:1:2",
+                          "--out", str(tmp_path / "sweep_mu0.7"), "--json", capsys=capsys))
+    assert out["png"] == str(tmp_path / "sweep_mu0.7.png") and (tmp_path / "sweep_mu0.7.csv").exists()
