@@ -408,6 +408,20 @@ def mixer_block(phi, residual: bool = True) -> Primitive:
     pair of channels of one token (``pair_axis='channels'``): the token MLP
     gives the pair a common part (covariance sigma_w^2 E[phi(u)phi(v)] +
     sigma_b^2) that the next channel LayerNorm removes, chi = 1/(K - K12).
+
+    Limits of validity (docs/theory.md, "MLP-Mixer"). The limit is tokens and
+    channels -> infinity together. The recursion is that limit only when no
+    channel carries a part common to all tokens, which holds exactly for
+    sigma_b = 0 with an odd activation (E[phi] = 0: erf, tanh, linear);
+    then K12 stays 0 and the LayerNorm is the plain 1/K. With sigma_b > 0 or
+    E[phi] != 0, the embedding and channel-mixing biases and E[phi] through
+    the channel-mixing weights (all shared by the tokens) give each channel
+    such a part; it survives the channel LayerNorm and makes the token MLP's
+    preactivation variance random per channel, which this state drops. The
+    recursion is then an approximation: chi_J is low by 5.7% for GELU at
+    (sigma_w, sigma_b, mu) = (1.3, 0.2, 0.5) at 20 blocks, a gap that does not
+    shrink with the width. :meth:`Architecture.mixer_limit_is_exact` says
+    which case applies.
     """
     sub = Chain((LayerNormPre(axis="channels"), Dense(axis="tokens"), ActivationLayer(phi),
                  Dense(axis="tokens")))
@@ -510,6 +524,32 @@ class Architecture:
         if self.pair_axis == "channels":
             return 0.0 * (sigma_w + sigma_b)
         return sigma_w**2 * input_overlap + sigma_b**2
+
+    def mixer_limit_is_exact(self, sigma_b):
+        """Whether the recursion of this block is its infinite-width limit at bias scale ``sigma_b``.
+
+        Always True for 'mlp' and 'resmlp' blocks. For 'mixer' (tokens and
+        channels -> infinity) True only when sigma_b = 0 and phi is odd
+        (E[phi] = 0 at every variance): otherwise each channel carries a
+        part common to all tokens that the pair-of-channels state drops, and
+        the recursion is an approximation (see :func:`mixer_block`).
+
+        ``sigma_b``: a number or array >= 0; returns a bool or a bool array of
+        its shape.
+        """
+        sb = np.asarray(sigma_b, dtype=float) if is_number(sigma_b) or np.ndim(sigma_b) else None
+        if sb is None or not np.all(np.isfinite(sb)) or np.any(sb < 0):
+            raise ValueError(f"sigma_b must be a finite number >= 0 (or an array of them), got {sigma_b!r}")
+        exact = np.ones(sb.shape, dtype=bool) if self.block != "mixer" else (sb == 0) & self._odd_activation()
+        return bool(exact) if exact.ndim == 0 else exact
+
+    def _odd_activation(self) -> bool:
+        """phi(-x) = -phi(x), checked on a grid (symbolic simplification can fail to decide)."""
+        f = self.activation.numpy()
+        xs = np.linspace(-6.0, 6.0, 49)
+        with np.errstate(all="ignore"):
+            a, b = np.asarray(f(xs), float), np.asarray(f(-xs), float)
+        return bool(np.all(np.isfinite(a)) and np.all(np.abs(a + b) <= 1e-12 * (1 + np.abs(a))))
 
     def block_spec(self) -> Primitive:
         """The block as a tree of primitives (symbolic parameters)."""
