@@ -223,3 +223,13 @@ def test_mixer_gelu_bias_deep_wide_matches_theory():
     th, _ = _theory_chi("gelu", 1.3, 0.2, 0.5, DEPTH, FIRST)
     a, a_se = _extrapolate(rows)
     assert abs(a - th) <= 4 * a_se, (rows, a, a_se, th)
+
+
+def test_mixer_exactness_needs_uncorrelated_tokens():
+    erf = Architecture("erf", block="mixer", mu=0.5)
+    assert not erf.mixer_limit_is_exact(0.0, token_overlap=0.3)
+    np.testing.assert_array_equal(erf.mixer_limit_is_exact([0.0, 0.1], [0.0, 0.0]), [True, False])
+    with pytest.raises(ValueError, match="token_overlap"):
+        erf.mixer_limit_is_exact(0.0, token_overlap=2.0)
+    with pytest.raises(ValueError, match="sigma_b"):
+        erf.mixer_limit_is_exact(float("nan"))
