@@ -6,7 +6,6 @@ runs of the same functions: the claim under test is that sharding,
 scheduling, checkpointing and a lost worker change nothing.
 """
 import json
-import math
 import os
 import signal
 import threading
@@ -188,60 +187,63 @@ def test_cli_verify_with_scheduler_address(client, tmp_path, capsys):
 # ---------------------------------------------------------------------------
 # A worker dies mid-run (last: the cluster has to restart it).
 # ---------------------------------------------------------------------------
-def _kill_a_busy_worker(client):
-    pids = client.run(os.getpid)
-    for _ in range(200):
-        busy = [w for w, tasks in client.processing().items() if tasks]
-        if busy:
-            os.kill(pids[busy[0]], signal.SIGKILL)
-            return busy[0]
-        time.sleep(0.01)
-    raise AssertionError("no worker was busy")
+class _Killer(threading.Thread):
+    """SIGKILL one worker process that is computing a task, as soon as ``ready()`` says so."""
+
+    def __init__(self, client, ready=lambda: True):
+        super().__init__(daemon=True)
+        self.client, self.ready, self.victim, self.stop = client, ready, None, threading.Event()
+        self.pids = client.run(os.getpid)
+
+    def run(self):
+        while not self.stop.is_set():
+            if self.ready():
+                busy = [w for w, tasks in self.client.processing().items() if tasks]
+                if busy:
+                    os.kill(self.pids[busy[0]], signal.SIGKILL)
+                    self.victim = busy[0]
+                    return
+            time.sleep(0.002)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.join(5)
 
 
 def test_killed_worker_loses_no_shard(client, tmp_path):
-    kw = dict(PD, n_init=10)
+    client.wait_for_workers(2, timeout=120)
+    kw = dict(PD, n_init=16, width=128, depth=8)
     ref = phase_diagram(ERF, SW, SB, **kw)
-    done, killed = [], []
+    done, at_kill = [], []
+    with _Killer(client) as killer:
+        def on_shard(s):
+            if killer.victim and not at_kill:
+                at_kill.append(len(done))
+            done.append(s.name)
 
-    def on_shard(s):
-        done.append(s.name)
-        if not killed:  # after the first shard: kill a worker that is computing one
-            killed.append((_kill_a_busy_worker(client), len(done)))
-
-    res = mfd.phase_diagram_distributed(client, ERF, SW, SB, kw["depth"], kw["width"], kw["n_init"], 1, "cpu", 0,
-                                        torch.float64, layer=kw["depth"] - 2, init_chunk=1, checkpoint=tmp_path,
-                                        _on_shard=on_shard)
-    assert killed and killed[0][1] < 10  # the kill happened with shards still to do
-    assert sorted(done) == sorted(set(done)) and len(done) == 10  # each shard delivered exactly once
-    assert len(list((tmp_path / "shards").glob("*.npz"))) == 10
+        res = mfd.phase_diagram_distributed(client, ERF, SW, SB, kw["depth"], kw["width"], kw["n_init"], 1, "cpu",
+                                            0, torch.float64, layer=kw["depth"] - 2, init_chunk=1,
+                                            checkpoint=tmp_path, _on_shard=on_shard)
+    assert killer.victim is not None and at_kill and at_kill[0] < 16  # killed with shards still to deliver
+    assert sorted(done) == sorted(set(done)) and len(done) == 16  # each shard delivered exactly once
+    assert len(list((tmp_path / "shards").glob("*.npz"))) == 16
     assert _same(res, ref)
 
 
 def test_suite_survives_a_killed_worker(client, tmp_path):
-    client.wait_for_workers(2, timeout=60)
+    client.wait_for_workers(2, timeout=120)
     ckpt = tmp_path / "cases"
-    stop = threading.Event()
-
-    def watch():  # kill a busy worker once the first case has been saved
-        while not stop.is_set():
-            if ckpt.exists() and any(ckpt.glob("*.json")):
-                _kill_a_busy_worker(client)
-                return
-            time.sleep(0.01)
-
-    t = threading.Thread(target=watch, daemon=True)
-    t.start()
-    try:
+    with _Killer(client, ready=lambda: ckpt.exists() and any(ckpt.glob("*.json"))) as killer:
         out = run_suite(CASES, tmp_path, device="cpu", progress=False, plots=False, client=client)
-    finally:
-        stop.set()
-        t.join(5)
     statuses = {r["id"]: r["status"] for r in out["results"]}
-    # the cluster reran the lost case; if it had not, the rerun would compute exactly what is missing
+    # the cluster reruns the lost case; if it had not, the rerun computes exactly what is missing
     if not out["summary"]["ok"]:
         out = run_suite(CASES, tmp_path, device="cpu", progress=False, plots=False, client=client)
         statuses = {r["id"]: r["status"] for r in out["results"]}
+    assert killer.victim is not None
     assert statuses == {c["id"]: "pass" for c in CASES}
     assert sorted(p.stem for p in ckpt.glob("*.json")) == sorted(c["id"] for c in CASES)
-    assert math.isfinite(out["summary"]["wall_seconds"])
