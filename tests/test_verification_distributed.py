@@ -41,8 +41,10 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = mfd.local_cluster(2, gpus=0)  # a LocalCluster: 2 processes, 1 thread each
+    assert isinstance(cluster, distributed.LocalCluster)
     c = distributed.Client(cluster)
+    assert c.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")) == {w: None for w in c.scheduler_info()["workers"]}
     yield c
     c.close()
     cluster.close()

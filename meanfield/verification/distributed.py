@@ -175,11 +175,23 @@ def local_cluster(n_workers=None, *, threads_per_worker: int = 1, gpus=None, **k
     ``threads_per_worker`` threads each. Extra keywords go to the cluster.
     """
     distributed = _distributed()
+    import dask
+
     n_gpu = torch.cuda.device_count() if gpus is None else int(gpus)
     if n_workers is None:
         n_workers = n_gpu or os.cpu_count() or 1
     n_workers = _check_int("n_workers", n_workers, 1)
     kwargs.setdefault("dashboard_address", None)
+    # Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, which also switches off glibc's
+    # dynamic mmap threshold: every large tensor is then mmap'ed and zeroed afresh, ~1.5x the CPU
+    # time of a Monte-Carlo pass (measured, benchmarks/README.md). The nannies read this at start.
+    env = {k: v for k, v in (dask.config.get("distributed.nanny.pre-spawn-environ", None) or {}).items()
+           if k != "MALLOC_TRIM_THRESHOLD_"}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": env}):
+        return _start_cluster(distributed, n_workers, n_gpu, threads_per_worker, kwargs)
+
+
+def _start_cluster(distributed, n_workers, n_gpu, threads_per_worker, kwargs):
     if n_gpu:
         try:
             from dask_cuda import LocalCUDACluster
