@@ -107,6 +107,20 @@ def test_phase_diagram_on_cluster_is_bit_identical(client):
         assert res.device == "cpu" and res.n_init == 6 and res.chi_J.shape == (4, 3)
 
 
+@pytest.mark.slow
+def test_deep_wide_float32_phase_diagram_on_cluster_is_bit_identical(client):
+    kw = dict(depth=20, width=512, n_init=4, device="cpu", dtype=torch.float32, input_dim=784)
+    sw, sb = np.array([0.8, 1.6, 2.4]), np.array([0.0, 0.5])
+    ref = phase_diagram(ERF, sw, sb, **kw)
+    assert _same(phase_diagram(ERF, sw, sb, client=client, init_chunk=1, **kw), ref)
+
+
+def test_worker_budgets_respect_their_memory_limit(client):
+    limits = client.run(lambda dask_worker: dask_worker.memory_manager.memory_limit)
+    budget = mfd._cluster_budget(client, "cpu")
+    assert 0 < budget <= 0.5 * min(limits.values())
+
+
 def test_phase_diagram_split_over_points_matches_the_same_serial_split(client):
     # a budget that holds 5 of the 12 points per initialisation forces shards over points (with a warning)
     T = 1

@@ -124,12 +124,13 @@ def meminfo_available(path="/proc/meminfo"):
     return None
 
 
-def memory_budget(device=None, fraction: float = MEMORY_FRACTION) -> float:
+def memory_budget(device=None, fraction: float = MEMORY_FRACTION, worker=None) -> float:
     """Bytes one Monte-Carlo pass may use on this process's device (see the module docstring).
 
     CUDA: ``fraction`` of ``torch.cuda.mem_get_info`` free memory. CPU:
     ``fraction`` of min(MemAvailable, the Dask worker's memory limit) divided
     by the worker's threads; :data:`DEFAULT_CPU_BUDGET` where neither is known.
+    ``worker``: the Dask worker (default: the one running the current task, if any).
     """
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
@@ -140,9 +141,11 @@ def memory_budget(device=None, fraction: float = MEMORY_FRACTION) -> float:
     limits = [meminfo_available()]
     nthreads = 1
     try:
-        from distributed import get_worker
+        if worker is None:
+            from distributed import get_worker
 
-        w = get_worker()
+            worker = get_worker()
+        w = worker
         limits.append(getattr(getattr(w, "memory_manager", None), "memory_limit", None))
         nthreads = max(1, int(getattr(getattr(w, "state", w), "nthreads", 1) or 1))
     except (ImportError, ValueError):  # not inside a Dask worker
@@ -153,9 +156,13 @@ def memory_budget(device=None, fraction: float = MEMORY_FRACTION) -> float:
     return fraction * min(limits) / nthreads
 
 
+def _worker_budget(device, dask_worker=None):  # client.run passes the worker as dask_worker
+    return memory_budget(device, worker=dask_worker)
+
+
 def _cluster_budget(client, device) -> float:
     """The smallest :func:`memory_budget` over the client's workers."""
-    budgets = client.run(memory_budget, device)
+    budgets = client.run(_worker_budget, device)
     if not budgets:
         raise ValueError("the Dask cluster has no workers; start some (or use --scheduler local:N)")
     return float(min(budgets.values()))
