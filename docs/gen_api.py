@@ -25,6 +25,7 @@ MODULES = [
     ("meanfield.scaling", None),
     ("meanfield.verification", None),
     ("meanfield.verification.autoinit", None),
+    ("meanfield.verification.distributed", None),
 ]
 
 

@@ -219,6 +219,8 @@ def cmd_verify(args):
         argv += ["--out", args.out]
     if args.only:
         argv += ["--only", *args.only]
+    if args.scheduler:
+        argv += ["--scheduler", args.scheduler]
     return suite_main(argv)
 
 
@@ -329,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     s.add_argument("--out", default=None, help="output directory for the report")
     s.add_argument("--only", nargs="*", default=None, metavar="CASE", help="run only these case ids")
+    s.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run on a Dask cluster: a scheduler address or file, or local:N for N local workers "
+                        "(one per GPU with CUDA); needs pip install 'meanfield[distributed]'")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("autoinit", help="tune a model to criticality with AutoInit (needs torch)",

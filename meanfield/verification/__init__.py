@@ -7,6 +7,10 @@ Importing this subpackage imports torch; ``import meanfield`` does not.
   initialisations, on CUDA when available.
 - :func:`hutchinson_apjn`, :func:`exact_apjn`: APJN of any torch function.
 - :func:`run_suite`: the verification suite (``python -m meanfield.verification``).
+- :func:`autoinit_sweep`: AutoInit over a (sigma_w, lr) grid (the AutoInit paper's Fig. 1).
+- ``client=`` (a ``dask.distributed.Client``) on :func:`phase_diagram`,
+  :func:`run_suite` and :func:`autoinit_sweep` runs them on a Dask cluster
+  with the same numbers (:mod:`.distributed`).
 - :func:`autoinit`: tune any torch model to criticality (AutoInit paper);
   :func:`measure_blocks`, :func:`apjn_vs_batch_size`, scale persistence.
 - :class:`ResMLP`, :class:`MLPMixer`, :class:`VGG` (``resmlp_s12``,
@@ -17,11 +21,13 @@ from .montecarlo import MonteCarloResult, PhaseDiagramResult, monte_carlo, phase
 from .autoinit import (AutoInitError, AutoInitReport, BatchSizeScan, Measurement, apjn_vs_batch_size,
                        apply_scales, autoinit, find_blocks, load_scales, save_scales)
 from .autoinit import measure as measure_blocks
+from .distributed import AutoInitSweep, autoinit_sweep
 from .models import MLPMixer, ResMLP, VGG, mixer_s16, resmlp_s12, vgg19_bn
 
 __all__ = [
     "APJNEstimate",
     "AutoInitError",
+    "AutoInitSweep",
     "AutoInitReport",
     "BatchSizeScan",
     "MLPMixer",
@@ -31,6 +37,7 @@ __all__ = [
     "apjn_vs_batch_size",
     "apply_scales",
     "autoinit",
+    "autoinit_sweep",
     "find_blocks",
     "load_scales",
     "measure_blocks",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 
@@ -16,15 +17,24 @@ def main(argv=None) -> int:
     p.add_argument("--float32", action="store_true", help="compute in float32 (default float64)")
     p.add_argument("--no-resume", action="store_true", help="rerun cases that have a checkpoint")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run the cases on a Dask cluster: a scheduler address or file, or local:N (N local "
+                        "workers; one per GPU with CUDA); needs the distributed extra")
     args = p.parse_args(argv)
     try:
         import torch
 
         from .suite import run_suite
 
-        out = run_suite(args.cases, args.out, args.device, quick=args.quick, resume=not args.no_resume,
-                        only=args.only, plots=not args.no_plots,
-                        dtype=torch.float32 if args.float32 else torch.float64)
+        with contextlib.ExitStack() as stack:
+            client = None
+            if args.scheduler:
+                from .distributed import connect
+
+                client = stack.enter_context(connect(args.scheduler))
+            out = run_suite(args.cases, args.out, args.device, quick=args.quick, resume=not args.no_resume,
+                            only=args.only, plots=not args.no_plots,
+                            dtype=torch.float32 if args.float32 else torch.float64, client=client)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

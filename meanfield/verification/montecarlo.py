@@ -278,8 +278,12 @@ def _kernels(h: torch.Tensor):
 
 def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, estimator="hutchinson",
          n_probes=1, l0=1, input_dim=None, tokens=None, input_correlation=0.0, input_norm=1.0, chi_layers=None,
-         track_J=True, track_K=True, init_chunk=None, progress=None):
-    """Core pass. sw, sb: 1-d arrays of length P (paired). Returns per-init arrays."""
+         track_J=True, track_K=True, init_chunk=None, progress=None, init_offset=0):
+    """Core pass. sw, sb: 1-d arrays of length P (paired). Returns per-init arrays.
+
+    Runs initialisations ``init_offset .. init_offset + n_init - 1`` (a shard of a
+    larger run: initialisation i draws from its own generators whatever the offset).
+    """
     exact = estimator == "exact"
     block = realise(arch)
     is_tokens = arch.block != "mlp"
@@ -307,7 +311,7 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
     chi_all = np.full((n_init, P, depth), np.nan)
     J_all = np.full((n_init, P, depth), np.nan)
     for start in range(0, n_init, init_chunk):
-        idx = range(start, min(n_init, start + init_chunk))
+        idx = range(init_offset + start, init_offset + min(n_init, start + init_chunk))
         gens = [torch.Generator(device=device).manual_seed(_seed_for(seed, i, 0)) for i in idx]
         ctx = Context(gens, params, device, dtype)
         ctx.seed, ctx.init_ids = seed, list(idx)
@@ -352,11 +356,16 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
     return dict(K=K_all, K12=K12_all, chi=chi_all, J=J_all, overlap=overlap, tokens=T, input_dim=N0)
 
 
-def _auto_chunk(P, B, T, N, R, track_J, track_chi, dtype, device):
-    """Initialisations per pass so that the activations fit a memory budget."""
+def _bytes_per_init(P, B, T, N, R, track_J, track_chi, dtype):
+    """Peak bytes of one initialisation in a pass over P points: ~6 live copies of z, weights."""
     itemsize = 4 if dtype == torch.float32 else 8
     S = 1 + (R if track_J else 0) + (R if track_chi else 0)
-    per_init = itemsize * (P * S * B * T * N * 6 + 3 * (max(N, T) ** 2))
+    return itemsize * (P * S * B * T * N * 6 + 3 * (max(N, T) ** 2))
+
+
+def _auto_chunk(P, B, T, N, R, track_J, track_chi, dtype, device):
+    """Initialisations per pass so that the activations fit a memory budget."""
+    per_init = _bytes_per_init(P, B, T, N, R, track_J, track_chi, dtype)
     if torch.device(device).type == "cuda":
         free, _ = torch.cuda.mem_get_info(torch.device(device))
         budget = 0.5 * free
@@ -489,7 +498,7 @@ def monte_carlo(arch, sigma_w=None, sigma_b=None, depth=10, width=256, n_init=32
 def phase_diagram(arch, sigma_w, sigma_b, depth=50, width=500, n_init=100, batch=1, device=None, seed=0,
                   dtype=torch.float64, *, layer=None, n_probes=1, input_dim=None, tokens=None,
                   input_correlation=0.0, init_chunk=None, point_chunk=None,
-                  progress=False) -> PhaseDiagramResult:
+                  progress=False, client=None, checkpoint=None) -> PhaseDiagramResult:
     """Monte-Carlo J^{L-2,L-1} (the penultimate APJN, an estimate of chi_J*) on a (sigma_w, sigma_b) grid.
 
     Every grid point reuses the same standard-normal weights G per
@@ -505,6 +514,13 @@ def phase_diagram(arch, sigma_w, sigma_b, depth=50, width=500, n_init=100, batch
     depth : int >= 2
         L; the APJN is measured across the block h^{L-2} -> h^{L-1}
         (``layer`` = L - 2 by default, 1 when depth = 2).
+    client : dask.distributed.Client, optional
+        Run the grid as shards on a Dask cluster (``distributed`` extra):
+        bit-identical to this single-process run for the same seed, whatever
+        the number of workers; see :mod:`meanfield.verification.distributed`.
+    checkpoint : path, optional
+        With ``client``: a folder where each finished shard is saved as it
+        completes; a rerun computes only the missing shards.
     Other arguments as in :func:`monte_carlo`.
 
     Returns
@@ -522,6 +538,15 @@ def phase_diagram(arch, sigma_w, sigma_b, depth=50, width=500, n_init=100, batch
     layer = _check_int("layer", layer, 1)
     if layer > depth - 1:
         raise ValueError(f"layer must be <= depth - 1 ({depth - 1}), got {layer}")
+    if client is not None:  # the same per-initialisation passes, as shards on a Dask cluster
+        from .distributed import phase_diagram_distributed
+
+        return phase_diagram_distributed(client, arch, sw_axis, sb_axis, depth, width, n_init, batch, device, seed,
+                                         dtype, layer=layer, n_probes=n_probes, input_dim=input_dim, tokens=tokens,
+                                         input_correlation=input_correlation, point_chunk=point_chunk,
+                                         init_chunk=init_chunk, checkpoint=checkpoint, progress=progress)
+    if checkpoint is not None:
+        raise ValueError("checkpoint= is only used with client= (a Dask cluster); got client=None")
     SW, SB = np.meshgrid(sw_axis, sb_axis, indexing="ij")
     sw_flat, sb_flat = SW.ravel(), SB.ravel()
     Ptot = sw_flat.size

@@ -626,7 +626,7 @@ def _git_commit():
 
 
 def run_suite(cases=None, out_dir=None, device=None, quick: bool = True, *, dtype=torch.float64, resume: bool = True,
-              progress: bool = True, only=None, plots: bool = True, dpi: int = 80) -> dict:
+              progress: bool = True, only=None, plots: bool = True, dpi: int = 80, client=None) -> dict:
     """Run verification cases, checkpointing each, and write JSON, Markdown and plots.
 
     Parameters
@@ -644,6 +644,9 @@ def run_suite(cases=None, out_dir=None, device=None, quick: bool = True, *, dtyp
         Reuse finished cases whose checkpoint matches the case, device and
         dtype (a changed case is rerun).
     only : iterable of case ids, optional
+    client : dask.distributed.Client, optional
+        Run the cases that have no valid checkpoint on a Dask cluster, each
+        saved as it completes (:func:`meanfield.verification.distributed.run_cases`).
 
     Returns
     -------
@@ -669,11 +672,16 @@ def run_suite(cases=None, out_dir=None, device=None, quick: bool = True, *, dtyp
         bar = tqdm(total=len(cases), desc="verification", unit="case")
     results = []
     t0 = time.perf_counter()
+    computed = {}
+    if client is not None:  # missing cases on a Dask cluster, checkpointed as they complete
+        from .distributed import run_cases
+
+        computed = run_cases(client, cases, dev, dtype, out_dir / "cases", resume=resume, progress=progress)
     for case in cases:
         h = _case_hash(case, dev, dtype)
         ckpt = out_dir / "cases" / f"{case['id']}.json"
-        res = None
-        if resume and ckpt.exists():
+        res = computed.get(case["id"])
+        if res is None and resume and ckpt.exists():
             try:
                 old = json.loads(ckpt.read_text())
                 if old.get("hash") == h and old.get("status") != "error":
