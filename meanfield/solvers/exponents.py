@@ -33,7 +33,7 @@ import numpy as np
 from ..calculus import Architecture
 from ._common import ST_INF, ST_OK, prepare, variances
 from .fixed import fixed_point_state
-from .lines import _derivatives, _series
+from .lines import _derivatives, _series, _xi
 
 __all__ = ["Exponents", "exponents"]
 
@@ -195,8 +195,7 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, **arch
                         f"the critical fixed point K* = {crit[0]:.10g} ")
             K, chiJ, chiK, status = crit[0], crit[1], crit[2], ST_OK
     base = dict(architecture=arch, sigma_w=sw, sigma_b=sb, K_star=K, chi_J=chiJ, chi_K=chiK)
-    with np.errstate(divide="ignore"):
-        xi = float(np.inf if chiJ == 1.0 else 1.0 / abs(np.log(chiJ)))
+    xi = float(_xi(chiJ))
     nan = np.nan
     Q0 = T
     if status == ST_INF:

@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 
 from .. import _fnindex as KN
-from .._validate import check_finite_array, check_nonnegative
+from .._validate import check_finite_array, check_nonnegative, check_real
 from ..calculus import Architecture
 from ._common import ST_INF, ST_OK, prepare, variances
 from .fixed import fixed_point_state
@@ -317,6 +317,8 @@ def _classify(comp, K, W, T, g_below, g_above):
 def fixed_points(arch=None, sigma_w=1.0, sigma_b=0.0, K_max=1e10, _known=(), **arch_kwargs) -> list:
     """Every fixed point of the one-input kernel map in [0, K_max], with stability and basin.
 
+    ``K_max`` is a real number in [1e-6, 1e50] (the grid starts at 1e-12).
+
     Roots of g = F(K) - K are found on a log grid (sign changes, then Brent)
     and by minimising |g| where it dips without changing sign (tangent,
     half-stable fixed points, as at the GELU critical point). If g > 0 above
@@ -330,6 +332,7 @@ def fixed_points(arch=None, sigma_w=1.0, sigma_b=0.0, K_max=1e10, _known=(), **a
     for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
         if np.ndim(v) != 0:
             raise ValueError(f"{name} must be a scalar for fixed_points")
+    K_max = _check_K_max(K_max, 1e-6, 1e50)
     sw, sb, W, T = variances(sigma_w, sigma_b)
     W, T = float(W), float(T)
     grid = np.concatenate([[0.0], np.logspace(-12, np.log10(K_max), 1601)])
@@ -495,11 +498,22 @@ def _series(arch, K, sw, sb, order=3):
         return (np.nan, np.nan, np.nan)
 
 
+def _check_K_max(K_max, lo, hi):
+    """K_max as a float in [lo, hi] (the scan grids start at 1e-8 / 1e-12; above hi the
+    compiled expressions or the parametric solve, whose scan ends near 6e19, lose their accuracy)."""
+    from .._validate import numeric_value
+
+    if numeric_value("K_max", K_max) is None:
+        raise ValueError(f"K_max must be a real number, got {K_max!r}")
+    check_real("K_max", K_max, minimum=lo, maximum=hi)
+    return float(K_max)
+
+
 def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
     """Every point (sigma_w, sigma_b) with chi_J* = chi_K* = 1, with K* and its stability.
 
     The parametric critical line (K* -> sigma_w, sigma_b) is scanned over K*
-    in {0} and [1e-8, K_max] for sign changes of chi_K - 1, refined by Brent
+    in {0} and [1e-8, K_max] (1e-7 <= K_max <= 1e15) for sign changes of chi_K - 1, refined by Brent
     and polished by Newton on (K*, sigma_w^2, sigma_b^2). Scale-invariant
     activations, whose line K* -> (sigma_w, sigma_b) is a single point with
     every K a fixed point, give that point with stability 'marginal'.
@@ -510,6 +524,7 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
     second, stable fixed point below it).
     """
     arch, comp = prepare(arch, arch_kwargs)
+    K_max = _check_K_max(K_max, 1e-7, 1e15)
     regime = _regime(arch)
     if regime == "everywhere_critical":
         return CriticalPoints(arch, (), True, _NOTE_EVERYWHERE)
@@ -549,7 +564,10 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
 
         for i in range(1, Ks.size):
             if ok[i] and ok[i - 1] and c[i] != 0 and c[i - 1] != 0 and np.sign(c[i]) != np.sign(c[i - 1]):
-                Kc = brentq(cfun, Ks[i - 1], Ks[i], xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=200)
+                try:
+                    Kc = brentq(cfun, Ks[i - 1], Ks[i], xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=200)
+                except ValueError:   # the parametric solve failed inside the bracket (NaN)
+                    continue
                 K1, W1, T1, conv = comp.call("newton_point", Kc, W[i], T[i], comp.mu, comp.eps)
                 if conv:
                     found.append((K1, W1, T1))
@@ -603,14 +621,29 @@ def _stability_from_series(c2, c3, K):
 def correlation_length(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, errors="raise", **arch_kwargs):
     """xi = 1 / |log chi_J*| (inf on the critical line; J^{l0,l} ~ exp(-l/xi) off it).
 
+    xi is inf where chi_J* = 1 to within rounding, |chi_J* - 1| <= 8 machine
+    epsilons (:data:`XI_CRITICAL_TOL`): a critical point typed in decimals,
+    e.g. ReLU at sigma_w = sqrt(2), is 1e-16 off the line.
+
     Where K^l diverges chi_J* is the limit of chi_J^l (for the everywhere- or
     subcritical architectures that limit is 1 and xi = inf).
     """
     st = fixed_point_state(arch, sigma_w, sigma_b, K0, errors=errors, **arch_kwargs)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        xi = 1.0 / np.abs(np.log(st.chi_J))
-    xi = np.where(st.chi_J == 1.0, np.inf, xi)
+    xi = _xi(st.chi_J)
     return float(xi) if np.ndim(xi) == 0 else xi
+
+
+# |chi_J* - 1| at or below this is chi_J* = 1 within rounding (sigma_w = sqrt(2)
+# for ReLU is 2.0000000000000004 after squaring): xi = inf there, not 2^52
+XI_CRITICAL_TOL = 8 * np.finfo(float).eps
+
+
+def _xi(X):
+    """1 / |log chi_J*|, inf where |chi_J* - 1| <= XI_CRITICAL_TOL (NaN stays NaN)."""
+    X = np.asarray(X, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xi = 1.0 / np.abs(np.log(X))
+    return np.where(np.abs(X - 1.0) <= XI_CRITICAL_TOL, np.inf, xi)
 
 
 PHASES = {-1: "ordered", 0: "critical", 1: "chaotic"}
@@ -663,22 +696,25 @@ def phase_diagram(arch=None, sigma_w=None, sigma_b=None, tol=1e-9, errors="nan",
     """chi_J*, xi and the phase on the grid sigma_w x sigma_b (1-D arrays).
 
     Points where the fixed-point solve fails are NaN (``errors='raise'`` to
-    raise instead). Everywhere-critical architectures are marked critical
+    raise instead). ``tol`` (0 <= tol <= 1) is the half-width of the band
+    |chi_J* - 1| <= tol marked critical. Everywhere-critical architectures are marked critical
     throughout.
     """
     arch, _ = prepare(arch, arch_kwargs)
     if sigma_w is None or sigma_b is None:
         raise ValueError("phase_diagram needs 1-D arrays sigma_w= and sigma_b=")
-    sw = check_finite_array("sigma_w", sigma_w)
-    sb = check_finite_array("sigma_b", sigma_b)
-    if sw.ndim != 1 or sb.ndim != 1:
-        raise ValueError("phase_diagram takes 1-D sigma_w and sigma_b grids")
+    sw = check_nonnegative("sigma_w", sigma_w)
+    sb = check_nonnegative("sigma_b", sigma_b)
+    if sw.ndim != 1 or sb.ndim != 1 or sw.size == 0 or sb.size == 0:
+        raise ValueError(f"phase_diagram takes non-empty 1-D sigma_w and sigma_b grids, got shapes "
+                         f"{sw.shape} and {sb.shape}")
+    check_real("tol", tol, minimum=0.0, maximum=1.0)
+    tol = float(tol)
     SW, SB = np.meshgrid(sw, sb, indexing="ij")
     st = fixed_point_state(arch, SW, SB, errors=errors)
     regime = _regime(arch)
     X = st.chi_J
-    with np.errstate(divide="ignore", invalid="ignore"):
-        xi = np.where(X == 1.0, np.inf, 1.0 / np.abs(np.log(X)))
+    xi = _xi(X)
     phase = np.where(np.abs(X - 1.0) <= tol, 0, np.where(X < 1.0, -1, 1)).astype(np.int8)
     if regime == "everywhere_critical":
         phase[:] = 0
