@@ -119,14 +119,17 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
 
     ``sigma_w``
         array: the sigma_b >= 0 on the line at each sigma_w (NaN where there
-        is none). Where several sigma_b are critical at one sigma_w (GELU near
-        sigma_w ~ 1.40), the points are solved in increasing sigma_w by
-        continuation and a crossing above the first one may be returned:
-        use ``K_star`` for the whole curve.
+        is none, see ``note``): the smallest sigma_b whose fixed point, reached
+        by the unit-norm input, has chi_J* = 1. Where no such point exists but
+        a fixed point K* with chi_J(K*) = 1 does (unstable or not reached,
+        GELU at sigma_w = 1.63: sigma_b = 0.14759, K* = 0.333), that point is
+        returned with ``reached`` False, as the ``K_star`` form gives it.
     ``sigma_b``
         array: the sigma_w on the line at each sigma_b; the form for lines
         vertical in the (sigma_w, sigma_b) plane (scale-invariant
         activations: sigma_w = sqrt(2 / (a_+^2 + a_-^2)) for every sigma_b).
+        This form follows the fixed point the unit-norm input reaches and
+        returns NaN where none is critical (unstable branches: ``K_star``).
     ``K_star``
         array of fixed points: the (sigma_w, sigma_b) with F(K*) = K* and
         chi_J(K*) = 1 (one-input architectures). The natural form for GELU
@@ -161,9 +164,10 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
     fixed = np.ascontiguousarray(flat[order] ** 2)
     outv, outK = np.empty(fixed.size), np.empty(fixed.size)
     outS = np.empty(fixed.size, dtype=np.int64)
+    outR = np.ones(fixed.size, dtype=np.int64)
     table = _line_table(arch) if (mode == 0 and not comp.pair) else None
     if table is not None:
-        comp.call("line_from_table", fixed, *table, comp.mu, comp.eps, outv, outK, outS)
+        comp.call("line_from_table", fixed, *table, comp.mu, comp.eps, outv, outK, outS, outR)
         # where the line may continue beyond the table's last K*: the direct
         # scan over sigma_b. W(K) either keeps moving there (erf: W ~ sqrt K)
         # or has converged (GELU: W -> 2, ReLU: W = 2), when only W next to
@@ -174,17 +178,22 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
             beyond = np.abs(fixed - w_end) <= 1e-3 * abs(w_end)
         else:
             beyond = (fixed - w_end) * w_dec > 0
-        out = (outS != ST_OK) & beyond
+        out = ((outS != ST_OK) | (outR == 0)) & beyond
         if out.any():
             idx = np.flatnonzero(out)
             v, k, st = np.empty(idx.size), np.empty(idx.size), np.empty(idx.size, dtype=np.int64)
             comp.call("critical_line_many", 0, np.ascontiguousarray(fixed[idx]), comp.mu, comp.eps, v, k, st)
-            outv[idx], outK[idx], outS[idx] = v, k, st
+            hit = st == ST_OK     # a reached crossing beats an unreached table candidate
+            outv[idx[hit]], outK[idx[hit]], outS[idx[hit]], outR[idx[hit]] = v[hit], k[hit], st[hit], 1
     else:
         comp.call("critical_line_many", mode, fixed, comp.mu, comp.eps, outv, outK, outS)
     solved = np.full(flat.size, np.nan)
     ok = outS == ST_OK
     solved[order[ok]] = np.sqrt(np.maximum(outv[ok], 0.0))
+    reach = np.zeros(flat.size, bool)
+    reach[order] = ok & (outR == 1)
+    Kun = np.full(flat.size, np.nan)
+    Kun[order] = outK
     if mode == 0:
         sw, sb = flat, solved
     else:
@@ -192,12 +201,29 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
     good = np.isfinite(sw) & np.isfinite(sb)
     K = np.full(flat.size, np.nan)
     chiK = np.full(flat.size, np.nan)
-    if np.any(good):
-        st = fixed_point_state(arch, sw[good], sb[good], errors="nan")
-        K[good] = st.K
-        chiK[good] = st.chi_K
+    if np.any(good & reach):
+        g = good & reach
+        st = fixed_point_state(arch, sw[g], sb[g], errors="nan")
+        K[g] = st.K
+        chiK[g] = st.chi_K
+    un = good & ~reach
+    if np.any(un):
+        # an unreached point: K* is the fixed point on the line, not where the input goes
+        K[un] = Kun[un]
+        chiK[un] = _expr(comp, KN.CHI_K, K[un], sw[un] ** 2, sb[un] ** 2)
+    notes = []
+    if np.any(un):
+        notes.append("reached=False: (sigma_w, sigma_b) has a fixed point K* with chi_J(K*) = 1 (F(K*) = K*), but "
+                     "the unit-norm input converges elsewhere (K* unstable, chi_K > 1, or in another basin), so "
+                     "no line is reached there")
+    if np.any(~good):
+        if table is not None:
+            notes.append("NaN: no sigma_b >= 0 has a fixed point with chi_J* = 1 at that sigma_w")
+        else:
+            notes.append(f"NaN: no critical point reached by the unit-norm input at that {name} (this form "
+                         "follows the reached fixed point; K_star= gives unstable branches too)")
     return CriticalLine(arch, sw.reshape(shape), sb.reshape(shape), K.reshape(shape), chiK.reshape(shape),
-                        good.reshape(shape), "sigma_b" if mode == 0 else "sigma_w")
+                        reach.reshape(shape), "sigma_b" if mode == 0 else "sigma_w", note="; ".join(notes))
 
 
 @lru_cache(maxsize=64)
