@@ -31,8 +31,9 @@ def _as_float_array(name: str, value) -> np.ndarray:
         return value
     try:
         raw = np.asarray(value)
-        # bools and strings convert to floats silently (True -> 1.0, '2' -> 2.0): refuse them
-        if raw.dtype.kind in "bUSV" or isinstance(value, (bool, np.bool_)):
+        # bools, strings and complex numbers convert silently (True -> 1.0, '2' -> 2.0,
+        # 1j -> 0.0 as an array): refuse them
+        if raw.dtype.kind in "bcUSV" or isinstance(value, (bool, np.bool_)):
             raise TypeError
         arr = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError):

@@ -40,7 +40,12 @@ def variances(sigma_w, sigma_b):
     sw = check_nonnegative("sigma_w", sigma_w)
     sb = check_nonnegative("sigma_b", sigma_b)
     sw, sb = broadcast_named(sigma_w=sw, sigma_b=sb)
-    return sw, sb, sw * sw, sb * sb
+    with np.errstate(over="ignore"):
+        W, T = sw * sw, sb * sb
+    for name, v, sq in (("sigma_w", sw, W), ("sigma_b", sb, T)):
+        if np.isinf(sq).any():
+            raise ValueError(f"{name} must be below 1e154 (its square must be a float64), got {np.max(v):g}")
+    return sw, sb, W, T
 
 
 _WHY = {

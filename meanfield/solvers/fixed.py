@@ -88,7 +88,7 @@ def _initial(arch, K0, K12_0, W, T):
     if K0 is None:
         K0 = W + T
     else:
-        K0 = check_nonnegative("K0", K0)
+        K0, W, T = broadcast_named(K0=check_nonnegative("K0", K0), sigma_w=W, sigma_b=T)
     if K12_0 is None:
         # the first layer's pair covariance: sigma_b^2 for orthogonal inputs,
         # 0 for two channels of a Mixer token (at most K^1, for K0 below it)
@@ -192,7 +192,7 @@ def _check_profile(arch, sw, sb, K, X):
             raise ValueError(f"kernel_profile: sigma_w={sw:g}, sigma_b={sb:g} with norm={arch.norm!r}, "
                              f"block={arch.block!r}: K^{i + 1} = 0 enters a normalisation, which is 0/0; "
                              "pass sigma_b > 0")
-        raise ValueError(f"kernel_profile: the recursion of {arch} is undefined (NaN) at layer {l} for "
+        raise ValueError(f"kernel_profile: the recursion of {arch} is undefined (NaN) at layer {i + 1} for "
                          f"sigma_w={sw:g}, sigma_b={sb:g} (a kernel outside the domain of its expressions)")
 
 
