@@ -62,7 +62,7 @@ from typing import Callable
 import numpy as np
 import sympy as sp
 
-from ._validate import check_finite_array, check_nonnegative, check_positive, is_number
+from ._validate import check_finite_array, check_int, check_nonnegative, check_positive, is_number
 from .activations import ACTIVATIONS, Activation, ScaleInvariant, activation as _activation
 from .gaussian import RULE_U, RULE_W, GaussianExpectation, GaussianExpectation2, numpy_function
 from .symbolic import lambdify as _numeric
@@ -325,8 +325,7 @@ class Repeat:
 
     def __post_init__(self):
         _check_node(self.part)
-        if not isinstance(self.times, (int, np.integer)) or isinstance(self.times, bool) or self.times < 0:
-            raise ValueError(f"Repeat times must be an integer >= 0, got {self.times!r}")
+        check_int("times", self.times, 0)
 
 
 @dataclass(frozen=True)
@@ -379,9 +378,7 @@ def _ends_affine(node) -> bool:
 
 
 def _check_depth(depth, name="depth"):
-    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {depth!r}")
-    return int(depth)
+    return check_int(name, depth, 1)
 
 
 def _check_shortcut(w):
