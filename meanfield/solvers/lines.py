@@ -77,7 +77,8 @@ class CriticalLine:
     """Points (sigma_w, sigma_b) with chi_J* = 1, solved for one coordinate.
 
     ``solved_for`` is 'sigma_b' (sigma_w given), 'sigma_w' (sigma_b given) or
-    'parametric' (K_star given; both solved). NaN marks where no line exists.
+    'parametric' (K_star given; both solved). NaN marks where no line exists
+    and ``note`` says why (and why a point has ``reached`` False).
     ``K_star`` is the fixed point on the line (inf where K^l diverges, e.g.
     ReLU with sigma_b > 0), ``chi_K`` the kernel slope there (< 1 stable,
     = 1 a critical point, > 1 unstable: not reached by iterating), and
