@@ -233,6 +233,10 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, critic
                 K, chiJ, chiK = Kc, *(float(_expr(comp, w, Kc, Wc, Tc)[0]) for w in (KN.CHI_J, KN.CHI_K))
                 status = ST_OK
                 critical_here = True
+    if critical_here and not comp.pair and K > 0 and not pre_note:
+        # iteration reaches a tangent K* only to ~sqrt(eps); chi_K - 1 has a simple root there
+        K = _refine_tangent(comp, K, W, T)
+        chiJ, chiK = (float(_expr(comp, w, K, W, T)[0]) for w in (KN.CHI_J, KN.CHI_K))
     if K0 is None and not comp.pair and not critical_here:
         # a critical fixed point the unit input does not reach (half-stable, GELU)?
         crit = _critical_fixed_point(arch, comp, sw, sb, W, T)
@@ -355,6 +359,22 @@ def _near_critical_point(arch, comp, sw, sb, W, T, tol):
         if dist <= tol and (best is None or dist < best[3]):
             best = (float(K1), float(W1), float(T1), dist)
     return best
+
+
+def _refine_tangent(comp, K, W, T):
+    """K* refined as the root of chi_K - 1 within 1e-4 of K (K unchanged where none is bracketed)."""
+    from scipy.optimize import brentq
+
+    def c(k):
+        return float(_expr(comp, KN.CHI_K, k, W, T)[0]) - 1.0
+
+    lo, hi = max(K * (1 - 1e-4), 0.0), K * (1 + 1e-4) + 1e-12
+    try:
+        if c(lo) * c(hi) < 0:
+            return brentq(c, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps)
+    except ValueError:
+        pass
+    return K
 
 
 def _critical_fixed_point(arch, comp, sw, sb, W, T):
