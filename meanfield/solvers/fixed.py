@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..calculus import Architecture
-from ._common import (DEFAULT_MAXITER, MAX_PROFILE_DEPTH, ST_INF, ST_OK, ST_UNDEFINED, as_output, prepare,
+from ._common import (DEFAULT_MAXITER, MAX_PROFILE_DEPTH, ST_INF, ST_NAN, ST_OK, ST_UNDEFINED, as_output, prepare,
                       raise_for_status, variances)
 from .._validate import broadcast_named, check_finite_array, check_int, check_nonnegative
 
@@ -171,7 +171,9 @@ def _check_profile(arch, sw, sb, K, X):
     """A profile never hides a NaN: overflow of K^l is inf by construction (warned);
     a NaN elsewhere is a ValueError that says where."""
     bad = ~np.isfinite(K)
-    if bad.any() and np.isinf(K[np.flatnonzero(bad)[0]]):
+    nan_at = np.flatnonzero(np.isnan(X) | np.isnan(K))
+    if bad.any() and np.isinf(K[np.flatnonzero(bad)[0]]) and not (nan_at.size and
+                                                                  nan_at[0] < np.flatnonzero(bad)[0]):
         f = int(np.flatnonzero(bad)[0])
         import warnings
 
@@ -188,11 +190,13 @@ def _check_profile(arch, sw, sb, K, X):
         K[f:] = np.inf
     if np.isnan(X).any() or np.isnan(K).any():
         i = int(np.flatnonzero(np.isnan(X) | np.isnan(K))[0])
-        if K[i] == 0.0 and arch.norm != "none" or arch.block == "mixer":
+        if K[i] == 0.0 and (arch.norm != "none" or arch.block == "mixer"):
             raise ValueError(f"kernel_profile: sigma_w={sw:g}, sigma_b={sb:g} with norm={arch.norm!r}, "
                              f"block={arch.block!r}: K^{i + 1} = 0 enters a normalisation, which is 0/0; "
                              "pass sigma_b > 0")
-        raise ValueError(f"kernel_profile: the recursion of {arch} is undefined (NaN) at layer {i + 1} for "
+        from ._common import ConvergenceError
+
+        raise ConvergenceError(f"kernel_profile: the recursion of {arch} returned NaN at layer {i + 1} for "
                          f"sigma_w={sw:g}, sigma_b={sb:g} (a kernel outside the domain of its expressions)")
 
 
@@ -239,20 +243,20 @@ def fixed_point_state(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, 
     outK, outQ, outX, outC = (np.empty(n) for _ in range(4))
     outS = np.empty(n, dtype=np.int64)
     comp.call("fixed_point_many", *flat, comp.mu, comp.eps, int(maxiter), outK, outQ, outS, outX, outC)
-    # a fixed point reached whose factors are 0/0 (K* = 0 entering a normalisation)
+    # a fixed point reached whose factors are NaN: 0/0 where K* = 0 enters a normalisation
+    # (a ValueError: the map is undefined there); otherwise a failure of the compiled
+    # expressions (status NaN: ConvergenceError below, or NaN with errors='nan')
     nanfac = ((outS == ST_OK) | (outS == ST_INF)) & (np.isnan(outX) | np.isnan(outK))
+    zero_norm = nanfac & (outK == 0.0) if _normalises(arch, comp) else np.zeros_like(nanfac)
     if undef is not None:
-        nanfac |= undef.ravel()
-    if nanfac.any():
-        if errors == "raise":
-            i = int(np.flatnonzero(nanfac)[0])
-            if _normalises(arch, comp) and outK[i] == 0.0:
-                raise ValueError(f"sigma_w={float(sw.ravel()[i]):g}, sigma_b={float(sb.ravel()[i]):g} with "
-                                 f"norm={arch.norm!r}, block={arch.block!r}: the kernel reaches K* = 0 and the "
-                                 "normalisation of that zero signal is 0/0; pass sigma_b > 0")
-            raise ValueError(f"the recursion of {arch} is undefined (NaN) at sigma_w={float(sw.ravel()[i]):g}, "
-                             f"sigma_b={float(sb.ravel()[i]):g}, K0={float(flat[0][i]):g}")
-        outS[nanfac] = ST_UNDEFINED
+        zero_norm |= undef.ravel()
+    if zero_norm.any() and errors == "raise":
+        i = int(np.flatnonzero(zero_norm)[0])
+        raise ValueError(f"sigma_w={float(sw.ravel()[i]):g}, sigma_b={float(sb.ravel()[i]):g} with "
+                         f"norm={arch.norm!r}, block={arch.block!r}: the kernel reaches K* = 0 and the "
+                         "normalisation of that zero signal is 0/0; pass sigma_b > 0")
+    outS[nanfac & ~zero_norm] = ST_NAN
+    outS[zero_norm] = ST_UNDEFINED
     bad = raise_for_status("fixed_point", arch, outS, sw, sb, errors) | (outS == ST_UNDEFINED)
     for a in (outK, outQ, outX, outC):
         a[bad] = np.nan
