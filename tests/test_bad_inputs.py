@@ -89,6 +89,10 @@ ROWS = [
     ("chiJ-tanh-grid", "core", "mf.chi_J(activation='tanh', sigma_w=np.linspace(0.5, 2, 7), sigma_b=0.1)", FIN),
     ("fp-erf-lnpre-residual-huge", "core", "mf.fixed_point(activation='erf', mu=1.0, norm='ln_pre', sigma_w=1e3)",
      val("r == math.inf")),
+    ("fp-sw-float32", "core", "mf.fixed_point(activation='erf', sigma_w=np.float32(1.2), sigma_b=0.1)", FIN),
+    ("fp-K0-int", "core", "mf.fixed_point(activation='tanh', sigma_w=1.5, K0=2)", FIN),
+    ("chiJ-broadcast-2d", "core", "mf.chi_J(activation='erf', sigma_w=[[1.0], [2.0]], sigma_b=[0.0, 0.5])",
+     val("np.shape(r) == (2, 2) and np.all(np.isfinite(r))")),
     # -- degenerate normalisations ------------------------------------------------------------------
     ("ln-zero-weights", "core", "mf.fixed_point(activation='erf', norm='ln_pre', sigma_w=0, sigma_b=0)",
      err("sigma_w", "sigma_b")),
@@ -145,6 +149,10 @@ ROWS = [
      val("abs(r.zeta + 64.985) < 1e-3 and 'distance' in r.note and abs(r.zeta_numeric / r.zeta - 1) < 1e-3")),
     ("exp-gelu-13-digits-K0", "core", f"mf.exponents(activation='gelu', {GELU13}, K0=5.0)",
      val("abs(r.zeta + 64.985) < 1e-3 and 'distance' in r.note and abs(r.zeta_numeric / r.zeta - 1) < 1e-3")),
+    ("exp-erf-critical", "core", "mf.exponents(activation='erf', sigma_w=math.sqrt(math.pi) / 2, sigma_b=0.0)",
+     val("r.regime == 'critical point' and abs(r.zeta - 1) < 1e-9 and r.agree")),
+    ("exp-relu-lnpre-mu1", "core", "mf.exponents(activation='relu', norm='ln_pre', mu=1.0, sigma_w=1.0, sigma_b=0.0)",
+     val("r.regime == 'power-law growth' and r.agree")),
     # -- critical lines, points, fixed points -----------------------------------------------------
     ("line-gelu-unreached", "core", "mf.critical_line(activation='gelu', sigma_w=1.63)",
      val("not bool(r.reached) and abs(float(r.sigma_b) - 0.14759) < 5e-5 and abs(float(r.K_star) - 0.333) < 1e-3 "
@@ -153,6 +161,9 @@ ROWS = [
      val("np.isnan(r.sigma_b[0]) and 'NaN' in r.note")),
     ("line-erf", "core", "mf.critical_line(activation='erf', sigma_w=[1.0, 1.5, 2.0])",
      val("np.all(np.isfinite(r.sigma_b)) and np.all(r.reached)")),
+    ("line-Kstar-gelu", "core", "mf.critical_line(activation='gelu', K_star=[0.333, 3.0, 10.0])",
+     val("np.all(np.isfinite(r.sigma_w)) and np.all(np.isfinite(r.sigma_b)) and list(r.reached) == "
+         "[False, False, True]")),
     ("line-no-args", "core", "mf.critical_line(activation='erf')", err("sigma_w", "sigma_b", "K_star")),
     ("line-two-args", "core", "mf.critical_line(activation='erf', sigma_w=1.0, sigma_b=1.0)", err("sigma_w")),
     ("line-sw-negative", "core", "mf.critical_line(activation='erf', sigma_w=-1.0)", err("sigma_w")),
