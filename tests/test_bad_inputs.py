@@ -86,6 +86,9 @@ ROWS = [
     ("fp-erf-zero-weights", "core", "mf.fixed_point(activation='erf', sigma_w=0.0, sigma_b=0.0)", val("r == 0.0")),
     ("chiJ-erf-zero-weights", "core", "mf.chi_J(activation='erf', sigma_w=0.0, sigma_b=0.3)", val("r == 0.0")),
     ("chiJ-gelu-huge", "core", "mf.chi_J(activation='gelu', sigma_w=1e6)", FIN),
+    # GELU diverges with F(K) ~ sigma_w^2 K / 2 (phi(h)^2 ~ h^2 for h > 0, 0 below): chi_K* -> sigma_w^2 / 2
+    ("chiK-gelu-divergent", "core", "mf.chi_K(activation='gelu', sigma_w=2.0, sigma_b=0.1)",
+     val("abs(r - 2.0) < 1e-12")),
     ("chiJ-tanh-grid", "core", "mf.chi_J(activation='tanh', sigma_w=np.linspace(0.5, 2, 7), sigma_b=0.1)", FIN),
     ("fp-erf-lnpre-residual-huge", "core", "mf.fixed_point(activation='erf', mu=1.0, norm='ln_pre', sigma_w=1e3)",
      val("r == math.inf")),

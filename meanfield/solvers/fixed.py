@@ -257,6 +257,18 @@ def fixed_point_state(arch=None, sigma_w=1.0, sigma_b=0.0, K0=None, K12_0=None, 
                          "normalisation of that zero signal is 0/0; pass sigma_b > 0")
     outS[nanfac & ~zero_norm] = ST_NAN
     outS[zero_norm] = ST_UNDEFINED
+    # chi_K along a divergence where its expression overflows (GELU: inf * 0 at K = 1e100):
+    # the secant slope of F there, (F(2K) - F(K)) / K, which is the same limit
+    lost = (outS == ST_INF) & np.isnan(outC)
+    if lost.any():
+        from .. import _fnindex as KN
+        from .._kernels import _KINF
+        from .lines import _expr
+
+        Wl, Tl = flat[2][lost], flat[3][lost]
+        F1 = _expr(comp, KN.KERNEL, _KINF, Wl, Tl)
+        F2 = _expr(comp, KN.KERNEL, 2 * _KINF, Wl, Tl)
+        outC[lost] = (F2 - F1) / _KINF
     bad = raise_for_status("fixed_point", arch, outS, sw, sb, errors) | (outS == ST_UNDEFINED)
     for a in (outK, outQ, outX, outC):
         a[bad] = np.nan
