@@ -843,20 +843,24 @@ def expr_grid(fns, which, K, Q, W, T, mu, eps, out):
 
 
 @njit(**_JIT)
-def line_from_table(fns, Wq, Ks, Wt, Tt, St, mu, eps, outv, outK, outS):
+def line_from_table(fns, Wq, Ks, Wt, Tt, St, mu, eps, outv, outK, outS, outR):
     """Critical line at each sigma_w^2 in Wq from the parametric table (Ks, Wt, Tt).
 
     Every point of the line is (W(K*), T(K*)) for its fixed point K*, so the
     candidates at a given W are the roots of W(K) - W along the table
     (which must include the turning points of W(K)); each is polished by
-    Newton and kept if sigma_b^2 >= 0, the fixed point is stable and the
-    unit-norm input reaches it. The smallest sigma_b^2 wins (the first
-    crossing of chi_J* = 1 from sigma_b = 0). One-input states only.
+    Newton and kept if sigma_b^2 >= 0. Among those whose fixed point is
+    stable and reached by the unit-norm input the smallest sigma_b^2 wins
+    (the first crossing of chi_J* = 1 from sigma_b = 0; outR = 1). Where no
+    candidate is reached, the smallest sigma_b^2 with F(K*) = K*, chi_J(K*)
+    = 1 is returned with outR = 0 (an unstable or unreached fixed point: GELU
+    at sigma_w = 1.63). One-input states only.
     """
     n = Ks.shape[0]
     for i in range(Wq.shape[0]):
         W = Wq[i]
         best_T, best_K = math.inf, math.nan
+        un_T, un_K = math.inf, math.nan
         for j in range(n - 1):
             if St[j] != ST_OK or St[j + 1] != ST_OK:
                 continue
@@ -880,13 +884,17 @@ def line_from_table(fns, Wq, Ks, Wt, Tt, St, mu, eps, outv, outK, outS):
             T1 = max(T1, 0.0)
             if T1 >= best_T:
                 continue
-            if fns(CHI_K, K1, 0.0, W, T1, mu, eps) > 1.0 + 1e-9:
-                continue
-            Kr, Q, st, Kf, Qf = reached(fns, False, W, T1, mu, eps)
-            if st != ST_OK or abs(Kr - K1) > 1e-9 * max(1.0, K1):
-                continue
-            best_T, best_K = T1, K1
+            is_reached = fns(CHI_K, K1, 0.0, W, T1, mu, eps) <= 1.0 + 1e-9
+            if is_reached:
+                Kr, Q, st, Kf, Qf = reached(fns, False, W, T1, mu, eps)
+                is_reached = st == ST_OK and abs(Kr - K1) <= 1e-9 * max(1.0, K1)
+            if is_reached:
+                best_T, best_K = T1, K1
+            elif T1 < un_T:
+                un_T, un_K = T1, K1
         if best_T < math.inf:
-            outv[i], outK[i], outS[i] = best_T, best_K, ST_OK
+            outv[i], outK[i], outS[i], outR[i] = best_T, best_K, ST_OK, 1
+        elif un_T < math.inf:
+            outv[i], outK[i], outS[i], outR[i] = un_T, un_K, ST_OK, 0
         else:
-            outv[i], outK[i], outS[i] = math.nan, math.nan, ST_NOLINE
+            outv[i], outK[i], outS[i], outR[i] = math.nan, math.nan, ST_NOLINE, 0

@@ -11,7 +11,7 @@ from typing import Iterable
 import numpy as np
 
 __all__ = ["check_choice", "check_nonnegative", "check_positive", "check_finite_array", "check_real",
-           "numeric_value"]
+           "check_int", "broadcast_named", "numeric_value"]
 
 
 def check_choice(name: str, value, allowed: Iterable):
@@ -24,11 +24,55 @@ def check_choice(name: str, value, allowed: Iterable):
 
 
 def _as_float_array(name: str, value) -> np.ndarray:
+    # the common case (a python float or a float64 array) costs one isinstance check
+    if type(value) is float:
+        return np.asarray(value)
+    if isinstance(value, np.ndarray) and value.dtype == np.float64:
+        return value
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        raw = np.asarray(value)
+        # bools, strings and complex numbers convert silently (True -> 1.0, '2' -> 2.0,
+        # 1j -> 0.0 as an array): refuse them
+        if raw.dtype.kind in "bcUSV" or isinstance(value, (bool, np.bool_)):
+            raise TypeError
+        arr = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a real number or an array of real numbers, got {value!r}") from None
     return arr
+
+
+def check_int(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``int(value)`` for a python or numpy integer (not a bool) in [minimum, maximum].
+
+    The one integer check of the package: depths, widths, counts, seeds. The
+    ValueError names the argument and the allowed range (TypeError-like
+    inputs, e.g. 2.5 or '3', get the same one-line ValueError).
+    """
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if ok:
+        v = int(value)
+        ok = (minimum is None or v >= minimum) and (maximum is None or v <= maximum)
+    if not ok:
+        if minimum is not None and maximum is not None:
+            rng = f" in [{minimum}, {maximum}]"
+        elif minimum is not None:
+            rng = f" >= {minimum}"
+        elif maximum is not None:
+            rng = f" <= {maximum}"
+        else:
+            rng = ""
+        raise ValueError(f"{name} must be an integer{rng}, got {value!r}")
+    return v
+
+
+def broadcast_named(**arrays):
+    """``np.broadcast_arrays`` of the keyword arrays; the ValueError names them and their shapes
+    (numpy's own message says only 'arg 0', 'arg 1')."""
+    try:
+        return np.broadcast_arrays(*arrays.values())
+    except ValueError:
+        shown = ", ".join(f"{k} {np.shape(v)}" for k, v in arrays.items())
+        raise ValueError(f"shapes do not broadcast together: {shown}") from None
 
 
 def check_finite_array(name: str, value) -> np.ndarray:

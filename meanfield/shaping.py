@@ -62,7 +62,7 @@ from typing import Callable
 import numpy as np
 import sympy as sp
 
-from ._validate import is_number
+from ._validate import check_finite_array, check_int, check_nonnegative, check_positive, is_number
 from .activations import ACTIVATIONS, Activation, ScaleInvariant, activation as _activation
 from .gaussian import RULE_U, RULE_W, GaussianExpectation, GaussianExpectation2, numpy_function
 from .symbolic import lambdify as _numeric
@@ -150,12 +150,12 @@ class LocalMaps:
 
     # -- Q map ---------------------------------------------------------------
     def Q(self, q):
-        """Q(q) = E[phi(sqrt(q) z)^2] (TAT eq. 4)."""
-        return self._eval1(self._Q, q)
+        """Q(q) = E[phi(sqrt(q) z)^2] (TAT eq. 4); q >= 0."""
+        return self._eval1(self._Q, check_nonnegative("q", q))
 
     def Q_prime(self, q=1.0):
-        """Q'(q) = E[phi'(h)^2 + phi(h) phi''(h)], h ~ N(0, q) (Price); Q'(1) of DKS/TAT."""
-        return self._eval1(self._dQ, q)
+        """Q'(q) = E[phi'(h)^2 + phi(h) phi''(h)], h ~ N(0, q) (Price); Q'(1) of DKS/TAT; q >= 0."""
+        return self._eval1(self._dQ, check_nonnegative("q", q))
 
     # -- C map ---------------------------------------------------------------
     def C(self, c, q1=1.0, q2=None):
@@ -167,11 +167,16 @@ class LocalMaps:
 
         At c = 1 (and q1 = q2) the value is the one-sided limit c -> 1-,
         computed symbolically (+inf where it diverges, e.g. C''(1) of a leaky ReLU).
+        c must be finite (it is clipped to [-1, 1]) and q1, q2 > 0.
         """
-        if order not in (0, 1, 2):
+        if isinstance(order, bool) or order not in (0, 1, 2):
             raise ValueError(f"order must be 0, 1 or 2, got {order!r}")
         q2 = q1 if q2 is None else q2
-        c, q1, q2 = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (c, q1, q2)))
+        # a correlation needs nonzero variances (q = 0 is 0/0 for phi(0) = 0); c is clipped below
+        c, q1, q2 = check_finite_array("c", c), check_positive("q1", q1), check_positive("q2", q2)
+        from ._validate import broadcast_named
+
+        c, q1, q2 = broadcast_named(c=c, q1=q1, q2=q2)
         shape = c.shape
         c, q1, q2 = (np.atleast_1d(v) for v in (np.clip(c, -1.0, 1.0), q1, q2))
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -320,8 +325,7 @@ class Repeat:
 
     def __post_init__(self):
         _check_node(self.part)
-        if not isinstance(self.times, (int, np.integer)) or isinstance(self.times, bool) or self.times < 0:
-            raise ValueError(f"Repeat times must be an integer >= 0, got {self.times!r}")
+        check_int("times", self.times, 0)
 
 
 @dataclass(frozen=True)
@@ -374,9 +378,7 @@ def _ends_affine(node) -> bool:
 
 
 def _check_depth(depth, name="depth"):
-    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {depth!r}")
-    return int(depth)
+    return check_int(name, depth, 1)
 
 
 def _check_shortcut(w):

@@ -3,15 +3,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import check_nonnegative
+from .._validate import broadcast_named, check_nonnegative
 from ..calculus import as_architecture
 
 __all__ = ["ConvergenceError", "prepare", "require_point", "variances", "raise_for_status", "ST_OK", "ST_INF",
-           "ST_MAXITER", "ST_NAN", "ST_CYCLE", "DEFAULT_MAXITER"]
+           "ST_MAXITER", "ST_NAN", "ST_CYCLE", "ST_UNDEFINED", "DEFAULT_MAXITER", "MAX_PROFILE_DEPTH",
+           "MAX_EXPONENT_DEPTH"]
 
 # status codes of meanfield/_kernels.py
 ST_OK, ST_INF, ST_MAXITER, ST_NAN, ST_CYCLE = 0, 1, 2, 3, 4
+# python-level only: the recursion is 0/0 there (a normalisation of a zero signal,
+# BatchNorm of identical inputs); the ValueError / FixedPointState.status says why
+ST_UNDEFINED = 6
 DEFAULT_MAXITER = 100_000
+# Depth limits (documented at kernel_profile and exponents): a profile stores
+# three float64 arrays of its depth (2^24 layers: 400 MB); an exponent fit
+# stores ~800 samples but iterates every layer (2^27 layers: seconds for
+# closed-form activations, many minutes for quadrature ones)
+MAX_PROFILE_DEPTH = 2 ** 24
+MAX_EXPONENT_DEPTH = 2 ** 27
 
 
 class ConvergenceError(RuntimeError):
@@ -36,18 +46,23 @@ def require_point(sigma_w, sigma_b):
 
 def variances(sigma_w, sigma_b):
     """Broadcast sigma_w, sigma_b (validated: given, finite, >= 0) to float64 arrays of W, T."""
-    if sigma_w is not None:
-        check_nonnegative("sigma_w", sigma_w)
+    # sigma_w is checked before a missing sigma_b is reported, so a bad sigma_w is named first
+    sw = None if sigma_w is None else check_nonnegative("sigma_w", sigma_w)
     require_point(sigma_w, sigma_b)
-    sw = check_nonnegative("sigma_w", sigma_w)
     sb = check_nonnegative("sigma_b", sigma_b)
-    sw, sb = np.broadcast_arrays(sw, sb)
-    return sw, sb, sw * sw, sb * sb
+    sw, sb = broadcast_named(sigma_w=sw, sigma_b=sb)
+    with np.errstate(over="ignore"):
+        W, T = sw * sw, sb * sb
+    for name, v, sq in (("sigma_w", sw, W), ("sigma_b", sb, T)):
+        if np.isinf(sq).any():
+            raise ValueError(f"{name} must be below 1e154 (its square must be a float64), got {np.max(v):g}")
+    return sw, sb, W, T
 
 
 _WHY = {
     ST_MAXITER: "the iteration cap was reached without convergence",
     ST_NAN: "the recursion produced NaN (a kernel outside the domain of the compiled expressions)",
+    ST_UNDEFINED: "the recursion is 0/0 there (a normalisation of a zero signal)",
     ST_CYCLE: "the kernel map overshoots with chi_K < -1 at its fixed point, so the iteration "
               "oscillates and has no limit",
 }

@@ -32,9 +32,11 @@ import numpy as np
 
 from .._serialize import Result
 from ..calculus import Architecture
-from ._common import ST_INF, ST_OK, prepare, variances
+from .. import _fnindex as KN
+from .._validate import check_int, check_nonnegative, check_real
+from ._common import MAX_EXPONENT_DEPTH, ST_INF, ST_OK, prepare, variances
 from .fixed import fixed_point_state
-from .lines import _derivatives, _series
+from .lines import _derivatives, _expr, _series, _xi
 
 __all__ = ["Exponents", "exponents"]
 
@@ -162,7 +164,15 @@ def _asymptotic_analytic_pair(comp, W, T):
     return a, x2 * D2 ** p, p
 
 
-def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, **arch_kwargs) -> Exponents:
+#: relative distance in (sigma_w, sigma_b) within which a point counts as the
+#: critical point it is next to (exponents(critical_tol=...)); at 1e-10 the
+#: network passes the vanished (or split) tangent fixed point only after
+#: ~1e5 layers or more, deeper than any network the exponents describe
+CRITICAL_TOL = 1e-10
+
+
+def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, critical_tol=CRITICAL_TOL,
+              **arch_kwargs) -> Exponents:
     """zeta_K and zeta (J^{l0,l} ~ l^-zeta) at (sigma_w, sigma_b), analytic and numeric.
 
     Parameters
@@ -174,8 +184,16 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, **arch
         K^1 of the iteration (default: the unit-norm input, or, when that does
         not reach K*, a point on the side from which K* attracts).
     depth : int, optional
-        Layers iterated for the numeric estimate (default 2^20; 2^23 at
-        critical points with a fixed point).
+        Layers iterated for the numeric estimate, 1000 <= depth <= 2^27
+        (default 2^20; 2^23 at critical points with a fixed point).
+    critical_tol : float
+        A point within this relative distance, |(dsigma_w, dsigma_b)| /
+        |(sigma_w, sigma_b)|, of an exact critical point (chi_J* = chi_K* = 1)
+        is treated as that point (default 1e-10; 0 turns it off): a critical
+        point copied to 13 digits is ~1e-14 off it, where its tangent fixed
+        point has split or vanished although the network lingers there for
+        ~1e7 layers. The note gives the distance, the exact point and the
+        tolerance; ``sigma_w``, ``sigma_b`` of the result are the exact ones.
     """
     arch, comp = prepare(arch, arch_kwargs)
     if sigma_w is None or sigma_b is None:
@@ -183,23 +201,54 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, **arch
     for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
         if np.ndim(v) != 0:
             raise ValueError(f"{name} must be a scalar for exponents")
-    if depth is not None and not (isinstance(depth, (int, np.integer)) and depth >= 1000):
-        raise ValueError(f"depth must be an integer >= 1000, got {depth!r}")
+    if depth is not None:
+        depth = check_int("depth", depth, 1000, MAX_EXPONENT_DEPTH)
+    if K0 is not None:
+        if np.ndim(K0) != 0:
+            raise ValueError(f"K0 must be a scalar for exponents, got an array of shape {np.shape(K0)}")
+        K0 = float(check_nonnegative("K0", K0))
+    check_real("critical_tol", critical_tol, minimum=0.0, maximum=1e-3)
     sw, sb, W, T = (float(x) for x in variances(sigma_w, sigma_b))
     st = fixed_point_state(arch, sw, sb, K0=K0, errors="raise")
     K, chiJ, chiK, status = float(st.K), float(st.chi_J), float(st.chi_K), int(st.status)
     pre_note = ""
     critical_here = status == ST_OK and abs(chiK - 1.0) <= 1e-7 and abs(chiJ - 1.0) <= 1e-7
+    if not critical_here and not comp.pair and critical_tol > 0:
+        # a critical point typed in to 13 digits is off it by ~1e-14: its tangent fixed
+        # point has split or vanished, yet the network lingers there for ~1e7 layers.
+        # Within critical_tol of an exact critical point, report that point's exponents.
+        near = _near_critical_point(arch, comp, sw, sb, W, T, float(critical_tol))
+        if near is not None:
+            Kc, Wc, Tc, dist = near
+            swc, sbc = float(np.sqrt(Wc)), float(np.sqrt(Tc))
+            pre_note = (f"(sigma_w, sigma_b) = ({sw:.17g}, {sb:.17g}) is {dist:.3g} (relative distance) from the "
+                        f"exact critical point ({swc:.17g}, {sbc:.17g}), K* = {Kc:.17g}, within critical_tol = "
+                        f"{float(critical_tol):g}: exponents are those of that point; ")
+            sw, sb, W, T = swc, sbc, Wc, Tc
+            st = fixed_point_state(arch, sw, sb, K0=K0, errors="raise")
+            K, chiJ, chiK, status = float(st.K), float(st.chi_J), float(st.chi_K), int(st.status)
+            critical_here = status == ST_OK and abs(chiK - 1.0) <= 1e-7 and abs(chiJ - 1.0) <= 1e-7
+            # the side from which a half-stable K* attracts: dK' = dK - c2 dK^2, c2 = -g''/2
+            attracts = -np.sign(float(_expr(comp, KN.DC_DK, Kc, Wc, Tc)[0]))
+            if K0 is not None and (critical_here or np.sign(K0 - Kc) == attracts):
+                # iteration locates a tangent K* only to ~sqrt(eps) (or, off the exact point,
+                # passes it after a long bottleneck): take Newton's K* itself
+                K, chiJ, chiK = Kc, *(float(_expr(comp, w, Kc, Wc, Tc)[0]) for w in (KN.CHI_J, KN.CHI_K))
+                status = ST_OK
+                critical_here = True
+    if critical_here and not comp.pair and K > 0 and not pre_note:
+        # iteration reaches a tangent K* only to ~sqrt(eps); chi_K - 1 has a simple root there
+        K = _refine_tangent(comp, K, W, T)
+        chiJ, chiK = (float(_expr(comp, w, K, W, T)[0]) for w in (KN.CHI_J, KN.CHI_K))
     if K0 is None and not comp.pair and not critical_here:
         # a critical fixed point the unit input does not reach (half-stable, GELU)?
         crit = _critical_fixed_point(arch, comp, sw, sb, W, T)
         if crit is not None:
-            pre_note = (f"the unit-norm input converges to K = {K:.10g} instead; exponents are those of "
-                        f"the critical fixed point K* = {crit[0]:.10g} ")
+            pre_note += (f"the unit-norm input converges to K = {K:.10g} instead; exponents are those of "
+                         f"the critical fixed point K* = {crit[0]:.10g} ")
             K, chiJ, chiK, status = crit[0], crit[1], crit[2], ST_OK
     base = dict(architecture=arch, sigma_w=sw, sigma_b=sb, K_star=K, chi_J=chiJ, chi_K=chiK)
-    with np.errstate(divide="ignore"):
-        xi = float(np.inf if chiJ == 1.0 else 1.0 / abs(np.log(chiJ)))
+    xi = float(_xi(chiJ))
     nan = np.nan
     Q0 = T
     if status == ST_INF:
@@ -286,6 +335,49 @@ def _uses_quadrature(arch) -> bool:
 
     rec = recursion(arch)
     return any(e.has(GaussianExpectation, GaussianExpectation2) for e in (rec.kernel, rec.chi_J))
+
+
+def _near_critical_point(arch, comp, sw, sb, W, T, tol):
+    """(K*, W*, T*, distance) of an exact critical point within ``tol`` of (sw, sb), or None.
+
+    Candidates K are the local minima of |F(K) - K| on a log grid (a tangent
+    fixed point that has split or vanished leaves one); each is polished by
+    Newton on (K, W, T) for F = K, chi_J = chi_K = 1 and kept if the point is
+    within tol (relative) of (sw, sb).
+    """
+    grid = np.concatenate([[0.0], np.logspace(-12, 10, 1601)])
+    g = np.empty(grid.size)
+    comp.call("g_grid", grid, 0.0, W, T, comp.mu, comp.eps, g)
+    a = np.abs(g)
+    with np.errstate(invalid="ignore"):
+        cand = np.flatnonzero((a[1:-1] <= a[:-2]) & (a[1:-1] <= a[2:]) & np.isfinite(a[1:-1])) + 1
+    scale = max(np.hypot(sw, sb), 1e-300)
+    best = None
+    for i in cand[:50]:
+        K1, W1, T1, conv = comp.call("newton_point", float(grid[i]), W, T, comp.mu, comp.eps)
+        if not (conv and np.isfinite(K1) and W1 >= 0 and T1 >= -1e-14):
+            continue
+        T1 = max(T1, 0.0)
+        dist = float(np.hypot(np.sqrt(W1) - sw, np.sqrt(T1) - sb) / scale)
+        if dist <= tol and (best is None or dist < best[3]):
+            best = (float(K1), float(W1), float(T1), dist)
+    return best
+
+
+def _refine_tangent(comp, K, W, T):
+    """K* refined as the root of chi_K - 1 within 1e-4 of K (K unchanged where none is bracketed)."""
+    from scipy.optimize import brentq
+
+    def c(k):
+        return float(_expr(comp, KN.CHI_K, k, W, T)[0]) - 1.0
+
+    lo, hi = max(K * (1 - 1e-4), 0.0), K * (1 + 1e-4) + 1e-12
+    try:
+        if c(lo) * c(hi) < 0:
+            return brentq(c, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps)
+    except ValueError:
+        pass
+    return K
 
 
 def _critical_fixed_point(arch, comp, sw, sb, W, T):

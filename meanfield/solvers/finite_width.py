@@ -48,8 +48,8 @@ def l0_correction(arch=None, sigma_w=None, sigma_b=None, N0=None, q0=1.0, **arch
     arch, comp = prepare(arch, arch_kwargs)
     if N0 is None:
         raise ValueError("l0_correction needs the input dimension N0 (a positive integer)")
-    N0 = np.asarray(N0, dtype=np.float64)
-    if np.any(~np.isfinite(N0)) or np.any(N0 < 1):
+    N0 = check_nonnegative("N0", N0)
+    if np.any(N0 < 1):
         raise ValueError(f"N0 must be >= 1, got {N0!r}")
     q0 = check_nonnegative("q0", q0)
     sw, sb, W, T = variances(sigma_w, sigma_b)
@@ -59,17 +59,24 @@ def l0_correction(arch=None, sigma_w=None, sigma_b=None, N0=None, q0=1.0, **arch
     x = _expr(comp, KN.CHI_J, K1, W, T).reshape(np.broadcast(K1, W, T).shape)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = 1.0 + 2.0 * W * d * q0 / (N0 * x)
+    # sigma_w = 0: both J^{0,l} are 0 and the correction term carries 2 sigma_w^2 / N_0,
+    # so the ratio is its limit 1 (not 0/0)
+    out = np.where(W == 0.0, 1.0, out)
     return as_output(np.broadcast_to(out, shape), shape)
 
 
 def apjn_from_input(arch=None, sigma_w=None, sigma_b=None, depth=None, N0=None, q0=1.0, **arch_kwargs):
     """J^{0,l} for l = 1..depth (Lemma D.4): sigma_w^2 times the layer factors, with the
-    finite-N_0 correction of the first factor when ``N0`` is given (None: N_0 = inf)."""
+    finite-N_0 correction of the first factor when ``N0`` is given (None: N_0 = inf).
+
+    At sigma_w = 0 the network ignores its input: J^{0,l} = 0 exactly."""
     arch, _ = prepare(arch, arch_kwargs)
-    require_point(sigma_w, sigma_b)
-    q0 = float(check_nonnegative("q0", q0))
-    W = float(sigma_w) ** 2
-    prof = kernel_profile(arch, sigma_w, sigma_b, depth, K0=W * q0 + float(sigma_b) ** 2)
+    q0 = check_nonnegative("q0", q0)
+    for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b), ("q0", q0)):
+        if np.ndim(v) != 0:
+            raise ValueError(f"{name} must be a scalar for apjn_from_input, got an array of shape {np.shape(v)}")
+    sw, sb, W, T = (float(v) for v in variances(sigma_w, sigma_b))
+    prof = kernel_profile(arch, sw, sb, depth, K0=W * float(q0) + T)
     J = W * prof.J
     if N0 is not None:
         J = J.copy()

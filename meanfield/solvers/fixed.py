@@ -19,11 +19,11 @@ import numpy as np
 
 from .._serialize import Result
 from ..calculus import Architecture
-from ._common import (DEFAULT_MAXITER, ST_INF, as_output, prepare, raise_for_status,
-                      variances)
-from .._validate import check_nonnegative
+from ._common import (DEFAULT_MAXITER, MAX_PROFILE_DEPTH, ST_INF, ST_NAN, ST_OK, ST_UNDEFINED, as_output, prepare,
+                      raise_for_status, variances)
+from .._validate import broadcast_named, check_finite_array, check_int, check_nonnegative
 
-__all__ = ["KernelProfile", "kernel_profile", "fixed_point", "chi_J", "chi_K", "FixedPointState",
+__all__ = ["KernelProfile", "KernelOverflowWarning", "kernel_profile", "fixed_point", "chi_J", "chi_K", "FixedPointState",
            "fixed_point_state"]
 
 
@@ -48,20 +48,56 @@ class KernelProfile(Result):
         return out
 
 
+def _normalises(arch, comp) -> bool:
+    """Whether a block divides by a variance of its input (LayerNorm, BatchNorm, the Mixer's LN)."""
+    return arch.norm != "none" or arch.block == "mixer" or comp.pair
+
+
+def _undefined(arch, comp, K0, Q0, W, T, K0_given, Q_given):
+    """Mask of the points where the first block normalises a zero signal (0/0), and why.
+
+    LayerNorm of h with K = 0, or BatchNorm / the Mixer's channel LayerNorm
+    with K - K12 = 0 (identical inputs): the infinite-width map has no value
+    there (torch's LayerNorm eps turns it into 0, a different network).
+    """
+    if not _normalises(arch, comp):
+        return None, None
+    zero = K0 == 0.0
+    same = (K0 - Q0 == 0.0) if comp.pair else np.zeros_like(zero)
+    bad = zero | same
+    if not bad.any():
+        return None, None
+
+    def why(i):
+        k0, q0, w, t = (float(np.ravel(a)[i]) for a in (K0, Q0, W, T))
+        if zero.ravel()[i]:
+            if K0_given:
+                return (f"K0=0 with norm={arch.norm!r}, block={arch.block!r}: the first block normalises a zero "
+                        "signal, which is 0/0 at infinite width; pass K0 > 0")
+            return (f"sigma_w = sigma_b = 0 with norm={arch.norm!r}, block={arch.block!r}: the first layer's "
+                    "output is exactly 0 and its normalisation is 0/0; pass sigma_w > 0 or sigma_b > 0")
+        if Q_given:
+            return (f"K12_0 = K0 = {k0:g}: the two inputs are identical, so the normalisation over the pair "
+                    "(BatchNorm's batch variance K - K12) is 0/0; pass |K12_0| < K0")
+        return (f"sigma_w=0 with norm={arch.norm!r}, block={arch.block!r}: the two inputs give identical "
+                "preactivations (K12 = K), so the normalisation over the pair (BatchNorm's batch variance "
+                "K - K12) is 0/0; pass sigma_w > 0")
+    return bad, why
+
+
 def _initial(arch, K0, K12_0, W, T):
     if K0 is None:
         K0 = W + T
     else:
-        K0 = check_nonnegative("K0", K0)
+        K0, W, T = broadcast_named(K0=check_nonnegative("K0", K0), sigma_w=W, sigma_b=T)
     if K12_0 is None:
         # the first layer's pair covariance: sigma_b^2 for orthogonal inputs,
         # 0 for two channels of a Mixer token (at most K^1, for K0 below it)
         K12_0 = np.minimum(arch.initial_pair_covariance(np.sqrt(W), np.sqrt(T)), K0)
     else:
-        K12_0 = np.asarray(K12_0, dtype=np.float64)
-        if not np.all(np.isfinite(K12_0)):
-            raise ValueError(f"K12_0 must be finite, got {K12_0!r}")
-    K0, K12_0, W, T = np.broadcast_arrays(np.asarray(K0, float), np.asarray(K12_0, float), W, T)
+        K12_0 = check_finite_array("K12_0", K12_0)
+    K0, K12_0, W, T = broadcast_named(K0=np.asarray(K0, float), K12_0=np.asarray(K12_0, float),
+                                      sigma_w=W, sigma_b=T)
     if np.any(np.abs(K12_0) > K0 * (1 + 1e-12)):
         raise ValueError("K12_0 must satisfy |K12_0| <= K0 (a covariance of two equal-norm inputs)")
     return K0, K12_0, W, T
@@ -78,7 +114,8 @@ def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K
     sigma_w, sigma_b : float
         Weight and bias scales (>= 0).
     depth : int
-        Number of layers l = 1..depth reported.
+        Number of layers l = 1..depth reported, at most 2^24 (three float64
+        arrays of that length: 400 MB).
     K0 : float, optional
         K^1; default sigma_w^2 + sigma_b^2 (a unit-norm input).
     K12_0 : float, optional
@@ -92,7 +129,12 @@ def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K
     Returns
     -------
     KernelProfile with ``K[l-1] = K^l``, ``chi_J[l-1] = J^{l,l+1}`` and
-    ``K12`` (or None), all float64 of length ``depth``.
+    ``K12`` (or None), all float64 of length ``depth``. Where K^l exceeds the
+    float64 range (e.g. ReLU at sigma_w = 1e6 after ~25 layers) it is inf,
+    chi_J its K -> inf limit, and a :class:`KernelOverflowWarning` says from
+    which layer. A normalisation of a zero signal (K0 = 0, or sigma_w =
+    sigma_b = 0, with LayerNorm; identical inputs with BatchNorm) is a
+    ValueError: the map is 0/0 there.
     """
     arch, comp = prepare(arch, arch_kwargs)
     if sigma_w is None or sigma_b is None or depth is None:
@@ -100,10 +142,13 @@ def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K
     for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
         if np.ndim(v) != 0:
             raise ValueError(f"{name} must be a scalar for kernel_profile, got an array of shape {np.shape(v)}")
-    if not (isinstance(depth, (int, np.integer)) and depth >= 1):
-        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    depth = check_int("depth", depth, 1, MAX_PROFILE_DEPTH)
     sw, sb, W, T = variances(sigma_w, sigma_b)
+    K0_given, Q_given = K0 is not None, K12_0 is not None
     K0, Q0, W, T = _initial(arch, K0, K12_0, W, T)
+    bad, why = _undefined(arch, comp, K0, Q0, W, T, K0_given, Q_given)
+    if bad is not None:
+        raise ValueError(why(0))
     need_pair = comp.pair if pair is None else (bool(pair) or comp.pair)
     outK = np.empty(int(depth))
     outQ = np.empty(int(depth))
@@ -114,8 +159,46 @@ def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K
     with quiet_numba():
         profile(comp.fns, need_pair, float(K0), float(Q0) if need_pair else 0.0, float(W), float(T),
                 comp.mu, comp.eps, outK, outQ, outX)
+    _check_profile(arch, float(sw), float(sb), outK, outX)
     return KernelProfile(arch, float(sw), float(sb), np.arange(1, int(depth) + 1), outK,
                          outQ if need_pair else None, outX)
+
+
+class KernelOverflowWarning(RuntimeWarning):
+    """K^l left the float64 range (> 1.8e308) in a depth profile: later layers are inf."""
+
+
+def _check_profile(arch, sw, sb, K, X):
+    """A profile never hides a NaN: overflow of K^l is inf by construction (warned);
+    a NaN elsewhere is a ValueError that says where."""
+    bad = ~np.isfinite(K)
+    nan_at = np.flatnonzero(np.isnan(X) | np.isnan(K))
+    if bad.any() and np.isinf(K[np.flatnonzero(bad)[0]]) and not (nan_at.size and
+                                                                  nan_at[0] < np.flatnonzero(bad)[0]):
+        f = int(np.flatnonzero(bad)[0])
+        import warnings
+
+        warnings.warn(f"kernel_profile: K^l overflows float64 (> 1.8e308) from layer {f + 1} at sigma_w={sw:g}, "
+                      f"sigma_b={sb:g}; K is inf there and chi_J its K -> inf limit",
+                      KernelOverflowWarning, stacklevel=3)
+        # chi_J at K = inf: the limit along the growth, evaluated far along it
+        from .. import _fnindex as KN
+        from .._kernels import _KINF
+        from ..numeric import compiled
+        from .lines import _expr
+
+        X[f:] = float(_expr(compiled(arch), KN.CHI_J, _KINF, sw * sw, sb * sb)[0])
+        K[f:] = np.inf
+    if np.isnan(X).any() or np.isnan(K).any():
+        i = int(np.flatnonzero(np.isnan(X) | np.isnan(K))[0])
+        if K[i] == 0.0 and (arch.norm != "none" or arch.block == "mixer"):
+            raise ValueError(f"kernel_profile: sigma_w={sw:g}, sigma_b={sb:g} with norm={arch.norm!r}, "
+                             f"block={arch.block!r}: K^{i + 1} = 0 enters a normalisation, which is 0/0; "
+                             "pass sigma_b > 0")
+        from ._common import ConvergenceError
+
+        raise ConvergenceError(f"kernel_profile: the recursion of {arch} returned NaN at layer {i + 1} for "
+                         f"sigma_w={sw:g}, sigma_b={sb:g} (a kernel outside the domain of its expressions)")
 
 
 @dataclass(frozen=True, repr=False)
@@ -124,7 +207,8 @@ class FixedPointState(Result):
 
     ``K`` is inf where the kernel diverges; ``K12`` is nan for one-input
     states; ``chi_J``, ``chi_K`` are the limits along the divergence there.
-    ``status`` holds the kernel codes (0 converged, 1 divergent, others failed).
+    ``status`` holds the kernel codes (0 converged, 1 divergent, 6 undefined:
+    a normalisation of a zero signal, others failed; NaN marks every failure).
     """
 
     architecture: Architecture
@@ -146,16 +230,47 @@ def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None
     """Fixed point reached from K0 (default: the unit-norm input), with chi_J*, chi_K* there."""
     arch, comp = prepare(arch, arch_kwargs)
     sw, sb, W, T = variances(sigma_w, sigma_b)
+    K0_given, Q_given = K0 is not None, K12_0 is not None
     K0, Q0, W, T = _initial(arch, K0, K12_0, W, T)
     sw, sb = np.broadcast_to(sw, W.shape), np.broadcast_to(sb, W.shape)
-    if not (isinstance(maxiter, (int, np.integer)) and maxiter >= 1):
-        raise ValueError(f"maxiter must be an integer >= 1, got {maxiter!r}")
+    maxiter = check_int("maxiter", maxiter, 1)
+    if errors not in ("raise", "nan"):
+        raise ValueError(f"errors={errors!r} is not allowed; choose 'raise' or 'nan'")
+    undef, why = _undefined(arch, comp, K0, Q0, W, T, K0_given, Q_given)
+    if undef is not None and errors == "raise":
+        raise ValueError(why(int(np.flatnonzero(undef.ravel())[0])))
     flat = [np.ascontiguousarray(a, dtype=np.float64).ravel() for a in (K0, Q0, W, T)]
     n = flat[0].size
     outK, outQ, outX, outC = (np.empty(n) for _ in range(4))
     outS = np.empty(n, dtype=np.int64)
     comp.call("fixed_point_many", *flat, comp.mu, comp.eps, int(maxiter), outK, outQ, outS, outX, outC)
-    bad = raise_for_status("fixed_point", arch, outS, sw, sb, errors)
+    # a fixed point reached whose factors are NaN: 0/0 where K* = 0 enters a normalisation
+    # (a ValueError: the map is undefined there); otherwise a failure of the compiled
+    # expressions (status NaN: ConvergenceError below, or NaN with errors='nan')
+    nanfac = ((outS == ST_OK) | (outS == ST_INF)) & (np.isnan(outX) | np.isnan(outK))
+    zero_norm = nanfac & (outK == 0.0) if _normalises(arch, comp) else np.zeros_like(nanfac)
+    if undef is not None:
+        zero_norm |= undef.ravel()
+    if zero_norm.any() and errors == "raise":
+        i = int(np.flatnonzero(zero_norm)[0])
+        raise ValueError(f"sigma_w={float(sw.ravel()[i]):g}, sigma_b={float(sb.ravel()[i]):g} with "
+                         f"norm={arch.norm!r}, block={arch.block!r}: the kernel reaches K* = 0 and the "
+                         "normalisation of that zero signal is 0/0; pass sigma_b > 0")
+    outS[nanfac & ~zero_norm] = ST_NAN
+    outS[zero_norm] = ST_UNDEFINED
+    # chi_K along a divergence where its expression overflows (GELU: inf * 0 at K = 1e100):
+    # the secant slope of F there, (F(2K) - F(K)) / K, which is the same limit
+    lost = (outS == ST_INF) & np.isnan(outC)
+    if lost.any():
+        from .. import _fnindex as KN
+        from .._kernels import _KINF
+        from .lines import _expr
+
+        Wl, Tl = flat[2][lost], flat[3][lost]
+        F1 = _expr(comp, KN.KERNEL, _KINF, Wl, Tl)
+        F2 = _expr(comp, KN.KERNEL, 2 * _KINF, Wl, Tl)
+        outC[lost] = (F2 - F1) / _KINF
+    bad = raise_for_status("fixed_point", arch, outS, sw, sb, errors) | (outS == ST_UNDEFINED)
     for a in (outK, outQ, outX, outC):
         a[bad] = np.nan
     shape = W.shape

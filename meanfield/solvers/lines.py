@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 
 from .. import _fnindex as KN
-from .._validate import check_finite_array, check_nonnegative
+from .._validate import check_finite_array, check_nonnegative, check_real
 from .._serialize import Result
 from ..calculus import Architecture
 from ._common import ST_INF, ST_OK, prepare, variances
@@ -79,7 +79,8 @@ class CriticalLine(Result):
     """Points (sigma_w, sigma_b) with chi_J* = 1, solved for one coordinate.
 
     ``solved_for`` is 'sigma_b' (sigma_w given), 'sigma_w' (sigma_b given) or
-    'parametric' (K_star given; both solved). NaN marks where no line exists.
+    'parametric' (K_star given; both solved). NaN marks where no line exists
+    and ``note`` says why (and why a point has ``reached`` False).
     ``K_star`` is the fixed point on the line (inf where K^l diverges, e.g.
     ReLU with sigma_b > 0), ``chi_K`` the kernel slope there (< 1 stable,
     = 1 a critical point, > 1 unstable: not reached by iterating), and
@@ -121,14 +122,17 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
 
     ``sigma_w``
         array: the sigma_b >= 0 on the line at each sigma_w (NaN where there
-        is none). Where several sigma_b are critical at one sigma_w (GELU near
-        sigma_w ~ 1.40), the points are solved in increasing sigma_w by
-        continuation and a crossing above the first one may be returned:
-        use ``K_star`` for the whole curve.
+        is none, see ``note``): the smallest sigma_b whose fixed point, reached
+        by the unit-norm input, has chi_J* = 1. Where no such point exists but
+        a fixed point K* with chi_J(K*) = 1 does (unstable or not reached,
+        GELU at sigma_w = 1.63: sigma_b = 0.14759, K* = 0.333), that point is
+        returned with ``reached`` False, as the ``K_star`` form gives it.
     ``sigma_b``
         array: the sigma_w on the line at each sigma_b; the form for lines
         vertical in the (sigma_w, sigma_b) plane (scale-invariant
         activations: sigma_w = sqrt(2 / (a_+^2 + a_-^2)) for every sigma_b).
+        This form follows the fixed point the unit-norm input reaches and
+        returns NaN where none is critical (unstable branches: ``K_star``).
     ``K_star``
         array of fixed points: the (sigma_w, sigma_b) with F(K*) = K* and
         chi_J(K*) = 1 (one-input architectures). The natural form for GELU
@@ -163,9 +167,10 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
     fixed = np.ascontiguousarray(flat[order] ** 2)
     outv, outK = np.empty(fixed.size), np.empty(fixed.size)
     outS = np.empty(fixed.size, dtype=np.int64)
+    outR = np.ones(fixed.size, dtype=np.int64)
     table = _line_table(arch) if (mode == 0 and not comp.pair) else None
     if table is not None:
-        comp.call("line_from_table", fixed, *table, comp.mu, comp.eps, outv, outK, outS)
+        comp.call("line_from_table", fixed, *table, comp.mu, comp.eps, outv, outK, outS, outR)
         # where the line may continue beyond the table's last K*: the direct
         # scan over sigma_b. W(K) either keeps moving there (erf: W ~ sqrt K)
         # or has converged (GELU: W -> 2, ReLU: W = 2), when only W next to
@@ -176,17 +181,22 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
             beyond = np.abs(fixed - w_end) <= 1e-3 * abs(w_end)
         else:
             beyond = (fixed - w_end) * w_dec > 0
-        out = (outS != ST_OK) & beyond
+        out = ((outS != ST_OK) | (outR == 0)) & beyond
         if out.any():
             idx = np.flatnonzero(out)
             v, k, st = np.empty(idx.size), np.empty(idx.size), np.empty(idx.size, dtype=np.int64)
             comp.call("critical_line_many", 0, np.ascontiguousarray(fixed[idx]), comp.mu, comp.eps, v, k, st)
-            outv[idx], outK[idx], outS[idx] = v, k, st
+            hit = st == ST_OK     # a reached crossing beats an unreached table candidate
+            outv[idx[hit]], outK[idx[hit]], outS[idx[hit]], outR[idx[hit]] = v[hit], k[hit], st[hit], 1
     else:
         comp.call("critical_line_many", mode, fixed, comp.mu, comp.eps, outv, outK, outS)
     solved = np.full(flat.size, np.nan)
     ok = outS == ST_OK
     solved[order[ok]] = np.sqrt(np.maximum(outv[ok], 0.0))
+    reach = np.zeros(flat.size, bool)
+    reach[order] = ok & (outR == 1)
+    Kun = np.full(flat.size, np.nan)
+    Kun[order] = outK
     if mode == 0:
         sw, sb = flat, solved
     else:
@@ -194,12 +204,29 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
     good = np.isfinite(sw) & np.isfinite(sb)
     K = np.full(flat.size, np.nan)
     chiK = np.full(flat.size, np.nan)
-    if np.any(good):
-        st = fixed_point_state(arch, sw[good], sb[good], errors="nan")
-        K[good] = st.K
-        chiK[good] = st.chi_K
+    if np.any(good & reach):
+        g = good & reach
+        st = fixed_point_state(arch, sw[g], sb[g], errors="nan")
+        K[g] = st.K
+        chiK[g] = st.chi_K
+    un = good & ~reach
+    if np.any(un):
+        # an unreached point: K* is the fixed point on the line, not where the input goes
+        K[un] = Kun[un]
+        chiK[un] = _expr(comp, KN.CHI_K, K[un], sw[un] ** 2, sb[un] ** 2)
+    notes = []
+    if np.any(un):
+        notes.append("reached=False: (sigma_w, sigma_b) has a fixed point K* with chi_J(K*) = 1 (F(K*) = K*), but "
+                     "the unit-norm input converges elsewhere (K* unstable, chi_K > 1, or in another basin), so "
+                     "no line is reached there")
+    if np.any(~good):
+        if table is not None:
+            notes.append("NaN: no sigma_b >= 0 has a fixed point with chi_J* = 1 at that sigma_w")
+        else:
+            notes.append(f"NaN: no critical point reached by the unit-norm input at that {name} (this form "
+                         "follows the reached fixed point; K_star= gives unstable branches too)")
     return CriticalLine(arch, sw.reshape(shape), sb.reshape(shape), K.reshape(shape), chiK.reshape(shape),
-                        good.reshape(shape), "sigma_b" if mode == 0 else "sigma_w")
+                        reach.reshape(shape), "sigma_b" if mode == 0 else "sigma_w", note="; ".join(notes))
 
 
 @lru_cache(maxsize=64)
@@ -319,6 +346,8 @@ def _classify(comp, K, W, T, g_below, g_above):
 def fixed_points(arch=None, sigma_w=None, sigma_b=None, K_max=1e10, _known=(), **arch_kwargs) -> list:
     """Every fixed point of the one-input kernel map in [0, K_max], with stability and basin.
 
+    ``K_max`` is a real number in [1e-6, 1e50] (the grid starts at 1e-12).
+
     Roots of g = F(K) - K are found on a log grid (sign changes, then Brent)
     and by minimising |g| where it dips without changing sign (tangent,
     half-stable fixed points, as at the GELU critical point). If g > 0 above
@@ -332,6 +361,7 @@ def fixed_points(arch=None, sigma_w=None, sigma_b=None, K_max=1e10, _known=(), *
     for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
         if np.ndim(v) != 0:
             raise ValueError(f"{name} must be a scalar for fixed_points")
+    K_max = _check_K_max(K_max, 1e-6, 1e50)
     sw, sb, W, T = variances(sigma_w, sigma_b)
     W, T = float(W), float(T)
     grid = np.concatenate([[0.0], np.logspace(-12, np.log10(K_max), 1601)])
@@ -503,11 +533,22 @@ def _series(arch, K, sw, sb, order=3):
         return (np.nan, np.nan, np.nan)
 
 
+def _check_K_max(K_max, lo, hi):
+    """K_max as a float in [lo, hi] (the scan grids start at 1e-8 / 1e-12; above hi the
+    compiled expressions or the parametric solve, whose scan ends near 6e19, lose their accuracy)."""
+    from .._validate import numeric_value
+
+    if numeric_value("K_max", K_max) is None:
+        raise ValueError(f"K_max must be a real number, got {K_max!r}")
+    check_real("K_max", K_max, minimum=lo, maximum=hi)
+    return float(K_max)
+
+
 def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
     """Every point (sigma_w, sigma_b) with chi_J* = chi_K* = 1, with K* and its stability.
 
     The parametric critical line (K* -> sigma_w, sigma_b) is scanned over K*
-    in {0} and [1e-8, K_max] for sign changes of chi_K - 1, refined by Brent
+    in {0} and [1e-8, K_max] (1e-7 <= K_max <= 1e15) for sign changes of chi_K - 1, refined by Brent
     and polished by Newton on (K*, sigma_w^2, sigma_b^2). Scale-invariant
     activations, whose line K* -> (sigma_w, sigma_b) is a single point with
     every K a fixed point, give that point with stability 'marginal'.
@@ -518,6 +559,7 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
     second, stable fixed point below it).
     """
     arch, comp = prepare(arch, arch_kwargs)
+    K_max = _check_K_max(K_max, 1e-7, 1e15)
     regime = _regime(arch)
     if regime == "everywhere_critical":
         return CriticalPoints(arch, (), True, _NOTE_EVERYWHERE)
@@ -557,7 +599,10 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
 
         for i in range(1, Ks.size):
             if ok[i] and ok[i - 1] and c[i] != 0 and c[i - 1] != 0 and np.sign(c[i]) != np.sign(c[i - 1]):
-                Kc = brentq(cfun, Ks[i - 1], Ks[i], xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=200)
+                try:
+                    Kc = brentq(cfun, Ks[i - 1], Ks[i], xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=200)
+                except ValueError:   # the parametric solve failed inside the bracket (NaN)
+                    continue
                 K1, W1, T1, conv = comp.call("newton_point", Kc, W[i], T[i], comp.mu, comp.eps)
                 if conv:
                     found.append((K1, W1, T1))
@@ -611,14 +656,29 @@ def _stability_from_series(c2, c3, K):
 def correlation_length(arch=None, sigma_w=None, sigma_b=None, K0=None, errors="raise", **arch_kwargs):
     """xi = 1 / |log chi_J*| (inf on the critical line; J^{l0,l} ~ exp(-l/xi) off it).
 
+    xi is inf where chi_J* = 1 to within rounding, |chi_J* - 1| <= 8 machine
+    epsilons (:data:`XI_CRITICAL_TOL`): a critical point typed in decimals,
+    e.g. ReLU at sigma_w = sqrt(2), is 1e-16 off the line.
+
     Where K^l diverges chi_J* is the limit of chi_J^l (for the everywhere- or
     subcritical architectures that limit is 1 and xi = inf).
     """
     st = fixed_point_state(arch, sigma_w, sigma_b, K0, errors=errors, **arch_kwargs)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        xi = 1.0 / np.abs(np.log(st.chi_J))
-    xi = np.where(st.chi_J == 1.0, np.inf, xi)
+    xi = _xi(st.chi_J)
     return float(xi) if np.ndim(xi) == 0 else xi
+
+
+# |chi_J* - 1| at or below this is chi_J* = 1 within rounding (sigma_w = sqrt(2)
+# for ReLU is 2.0000000000000004 after squaring): xi = inf there, not 2^52
+XI_CRITICAL_TOL = 8 * np.finfo(float).eps
+
+
+def _xi(X):
+    """1 / |log chi_J*|, inf where |chi_J* - 1| <= XI_CRITICAL_TOL (NaN stays NaN)."""
+    X = np.asarray(X, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xi = 1.0 / np.abs(np.log(X))
+    return np.where(np.abs(X - 1.0) <= XI_CRITICAL_TOL, np.inf, xi)
 
 
 #: Phase codes of :attr:`PhaseDiagram.phase` (int8) and their names (the labels in CSV and JSON).
@@ -708,22 +768,25 @@ def phase_diagram(arch=None, sigma_w=None, sigma_b=None, tol=1e-9, errors="nan",
     Points where the fixed-point solve fails are NaN with phase
     'undetermined' (``errors='raise'`` to raise instead); points where K*
     diverges and chi_J^l has no finite limit are 'divergent' (see
-    :data:`PHASES`). Everywhere-critical architectures are marked critical
-    throughout (where the solve succeeds).
+    :data:`PHASES`). ``tol`` (0 <= tol <= 1) is the half-width of the band
+    |chi_J* - 1| <= tol marked critical. Everywhere-critical architectures are
+    marked critical throughout (where the solve succeeds).
     """
     arch, _ = prepare(arch, arch_kwargs)
     if sigma_w is None or sigma_b is None:
         raise ValueError("phase_diagram needs 1-D arrays sigma_w= and sigma_b=")
-    sw = check_finite_array("sigma_w", sigma_w)
-    sb = check_finite_array("sigma_b", sigma_b)
-    if sw.ndim != 1 or sb.ndim != 1:
-        raise ValueError("phase_diagram takes 1-D sigma_w and sigma_b grids")
+    sw = check_nonnegative("sigma_w", sigma_w)
+    sb = check_nonnegative("sigma_b", sigma_b)
+    if sw.ndim != 1 or sb.ndim != 1 or sw.size == 0 or sb.size == 0:
+        raise ValueError(f"phase_diagram takes non-empty 1-D sigma_w and sigma_b grids, got shapes "
+                         f"{sw.shape} and {sb.shape}")
+    check_real("tol", tol, minimum=0.0, maximum=1.0)
+    tol = float(tol)
     SW, SB = np.meshgrid(sw, sb, indexing="ij")
     st = fixed_point_state(arch, SW, SB, errors=errors)
     regime = _regime(arch)
     X = st.chi_J
-    with np.errstate(divide="ignore", invalid="ignore"):
-        xi = np.where(X == 1.0, np.inf, 1.0 / np.abs(np.log(X)))
+    xi = _xi(X)
     phase = np.where(np.abs(X - 1.0) <= tol, PHASE_CRITICAL,
                      np.where(X < 1.0, PHASE_ORDERED, PHASE_CHAOTIC)).astype(np.int8)
     if regime == "everywhere_critical":

@@ -329,13 +329,15 @@ def _check_inputs(model, inputs):
 
 
 def _check_int(name, v, minimum):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
-    return int(v)
+    from .._validate import check_int
+
+    return check_int(name, v, minimum)
 
 
 def _check_number(name, v, minimum=0.0, strict=False):
     try:
+        if isinstance(v, (bool, np.bool_, str)):
+            raise TypeError
         f = float(v)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a real number, got {v!r}") from None

@@ -68,9 +68,9 @@ _INITS = ("fan_in", "original", "torch")
 
 
 def _check_int(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
+    from .._validate import check_int
+
+    return check_int(name, value, minimum)
 
 
 def _check_init(init):

@@ -47,12 +47,12 @@ import numpy as np
 import torch
 
 from .._serialize import Result
-from .._validate import check_nonnegative
+from .._validate import check_int, check_nonnegative, check_real
 from ..calculus import Architecture, as_architecture
 from .networks import Context, input_layer, realise
 
-__all__ = ["MonteCarloResult", "PhaseDiagramResult", "monte_carlo", "phase_diagram", "resolve_device",
-           "make_inputs"]
+__all__ = ["MonteCarloResult", "MonteCarloOverflowWarning", "PhaseDiagramResult", "monte_carlo", "phase_diagram",
+           "resolve_device", "make_inputs"]
 
 ESTIMATORS = ("hutchinson", "exact")
 _EXACT_MAX_DIM = 8192
@@ -82,9 +82,50 @@ def resolve_device(device) -> torch.device:
 
 
 def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+    return check_int(name, value, minimum)
+
+
+class MonteCarloOverflowWarning(RuntimeWarning):
+    """K^l overflowed the floating-point type of a Monte-Carlo run (float32: 3.4e38)."""
+
+
+def _check_degenerate(arch, sw, sb, width, input_correlation):
+    """ValueError where a normalisation would divide 0 by 0 in the finite network.
+
+    LayerNorm over one feature (x - mean = 0), LayerNorm of an all-zero first
+    layer (sigma_w = sigma_b = 0), BatchNorm of identical inputs
+    (input_correlation = 1 or sigma_w = 0: zero batch variance).
+    """
+    ln = arch.norm in ("ln_pre", "ln_post") or arch.block == "mixer"
+    if ln and width < 2:
+        raise ValueError(f"width must be >= 2 with norm={arch.norm!r}, block={arch.block!r}: a LayerNorm over "
+                         "one feature subtracts its own mean and divides 0 by 0")
+    sw, sb = np.asarray(sw, dtype=np.float64), np.asarray(sb, dtype=np.float64)
+    if (ln or arch.norm == "bn") and np.any((sw == 0) & (sb == 0)):
+        raise ValueError(f"sigma_w = sigma_b = 0 with norm={arch.norm!r}, block={arch.block!r}: the first layer's "
+                         "output is exactly 0 and its normalisation divides 0 by 0; use sigma_w > 0 or sigma_b > 0")
+    if arch.norm == "bn":
+        if np.any(sw == 0):
+            raise ValueError("sigma_w=0 with norm='bn': every input gives the same preactivations (the biases), "
+                             "so the batch variance is 0 and BatchNorm divides 0 by 0; use sigma_w > 0")
+        if input_correlation >= 1.0:
+            raise ValueError("input_correlation=1 with norm='bn': identical inputs have zero batch variance and "
+                             "BatchNorm divides 0 by 0; use input_correlation < 1")
+
+
+def _flag_overflow(K, dtype):
+    """First layer (1-based) whose mean K^l is not finite, 0 if none; warns."""
+    bad = ~np.isfinite(np.asarray(K))
+    if not bad.any():
+        return 0
+    l = int(np.flatnonzero(bad.reshape(-1, bad.shape[-1]).any(0))[0]) + 1
+    import warnings
+
+    warnings.warn(f"K^l overflows {str(dtype).replace('torch.', '')} from layer {l} (max "
+                  f"{torch.finfo(dtype).max:.3g}): K, chi_J and J are inf or NaN from there on "
+                  "(overflow_layer in the result); use dtype=torch.float64, a smaller sigma_w or a smaller depth",
+                  MonteCarloOverflowWarning, stacklevel=3)
+    return l
 
 
 def _check_dtype(dtype):
@@ -180,6 +221,9 @@ class MonteCarloResult(Result):
     J_se: np.ndarray
     seconds: float = 0.0
     samples: dict = field(default_factory=dict, repr=False)
+    #: first layer l whose K^l overflowed the dtype (inf/NaN from there on; a
+    #: MonteCarloOverflowWarning was issued), 0 if none
+    overflow_layer: int = 0
 
     @property
     def layers(self) -> np.ndarray:
@@ -189,7 +233,8 @@ class MonteCarloResult(Result):
         out = {k: getattr(self, k) for k in ("sigma_w", "sigma_b", "depth", "width", "n_init", "batch",
                                               "tokens", "input_dim", "input_overlap", "input_norm", "l0",
                                               "estimator",
-                                              "n_probes", "device", "dtype", "seed", "seconds")}
+                                              "n_probes", "device", "dtype", "seed", "seconds",
+                                              "overflow_layer")}
         out["architecture"] = str(self.architecture)
         for k in ("K", "K_se", "K12", "K12_se", "chi_J", "chi_J_se", "J", "J_se"):
             out[k] = _jsonable(getattr(self, k))
@@ -467,11 +512,15 @@ def monte_carlo(arch, sigma_w=None, sigma_b=None, depth=10, width=256, n_init=32
         dict(estimator=estimator, n_probes=n_probes, tokens=tokens, input_dim=input_dim))
     from ..solvers._common import require_point
 
-    if sigma_w is not None:
-        check_nonnegative("sigma_w", sigma_w)
+    for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
+        if v is not None and np.ndim(v) != 0:
+            raise ValueError(f"{name} must be a scalar for monte_carlo (phase_diagram takes grids), got an "
+                             f"array of shape {np.shape(v)}")
+    sw = None if sigma_w is None else float(check_nonnegative("sigma_w", sigma_w))
     require_point(sigma_w, sigma_b)
-    sw = float(check_nonnegative("sigma_w", sigma_w))
     sb = float(check_nonnegative("sigma_b", sigma_b))
+    check_real("input_correlation", input_correlation, minimum=0.0, maximum=1.0)
+    _check_degenerate(arch, sw, sb, width, float(input_correlation))
     l0 = _check_int("l0", l0, 1)
     if l0 > depth:
         raise ValueError(f"l0 must be <= depth ({depth}), got {l0}")
@@ -488,11 +537,12 @@ def monte_carlo(arch, sigma_w=None, sigma_b=None, depth=10, width=256, n_init=32
     chi, chi_se = _mean_se(raw["chi"][:, 0])
     J, J_se = _mean_se(raw["J"][:, 0])
     J_se[l0 - 1] = 0.0
+    overflow = _flag_overflow(K, dtype)
     return MonteCarloResult(arch, sw, sb, depth, width, n_init, batch, raw["tokens"], raw["input_dim"],
                             raw["overlap"], float(input_norm), l0, estimator, n_probes, str(dev), str(dtype).replace("torch.", ""),
                             seed, K, K_se, K12, K12_se, chi, chi_se, J, J_se, seconds,
                             samples={"K": raw["K"][:, 0], "K12": raw["K12"][:, 0], "chi_J": raw["chi"][:, 0],
-                                     "J": raw["J"][:, 0]})
+                                     "J": raw["J"][:, 0]}, overflow_layer=overflow)
 
 
 def phase_diagram(arch, sigma_w, sigma_b, depth=50, width=500, n_init=100, batch=1, device=None, seed=0,
@@ -533,6 +583,12 @@ def phase_diagram(arch, sigma_w, sigma_b, depth=50, width=500, n_init=100, batch
         dict(n_probes=n_probes, tokens=tokens, input_dim=input_dim))
     sw_axis = np.atleast_1d(check_nonnegative("sigma_w", sigma_w)).ravel()
     sb_axis = np.atleast_1d(check_nonnegative("sigma_b", sigma_b)).ravel()
+    for name, ax in (("sigma_w", sw_axis), ("sigma_b", sb_axis)):
+        if ax.size == 0:
+            raise ValueError(f"{name} must hold at least one value, got an empty array")
+    check_real("input_correlation", input_correlation, minimum=0.0, maximum=1.0)
+    SW0, SB0 = np.meshgrid(sw_axis, sb_axis, indexing="ij")
+    _check_degenerate(arch, SW0, SB0, width, float(input_correlation))
     if layer is None:
         layer = max(depth - 2, 1)
     layer = _check_int("layer", layer, 1)
@@ -575,6 +631,12 @@ def phase_diagram(arch, sigma_w, sigma_b, depth=50, width=500, n_init=100, batch
     seconds = time.perf_counter() - t0
     m, se = _mean_se(chi)
     shape = SW.shape
+    if not np.all(np.isfinite(Kl)):
+        import warnings
+
+        warnings.warn(f"K overflows {str(dtype).replace('torch.', '')} at layer {layer} for "
+                      f"{int((~np.isfinite(Kl).all(0)).sum())} grid point(s): chi_J is inf or NaN there; use "
+                      "dtype=torch.float64 or smaller sigma_w / depth", MonteCarloOverflowWarning, stacklevel=2)
     return PhaseDiagramResult(arch, sw_axis, sb_axis, depth, width, n_init, layer, m.reshape(shape),
                               se.reshape(shape), Kl.mean(0).reshape(shape), str(dev),
                               str(dtype).replace("torch.", ""), seed, seconds)
