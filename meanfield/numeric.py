@@ -179,22 +179,15 @@ class _Gen:
         key = sp.srepr(f)
         if key not in self.one:
             i = len(self.one)
-            fname, vname, qname = f"_f1_{i}", f"_f1v_{i}", f"_E1_{i}"
+            fname, qname = f"_f1_{i}", f"_E1_{i}"
             info = pieces(f)
             self._body(fname, f.variables, info.expr)
             cuts = ", ".join(repr(c) for c in info.float_cuts)
             # the engine of meanfield.gaussian, with the integrand compiled in
-            engine = QUAD1_SOURCE[QUAD1_SOURCE.index("def _quad1("):]
-            engine = engine.replace("def _quad1(", f"def _quad1_{i}(").replace("cuts, F_,", "cuts,")
-            engine = engine.replace("F_(", f"{vname}(")
+            engine = QUAD1_SOURCE[QUAD1_SOURCE.index("def _quad1_scalar("):QUAD1_SOURCE.index("def _segment(")]
+            engine = engine.replace("def _quad1_scalar(", f"def _quad1_{i}(").replace("cuts, F_,", "cuts,")
+            engine = engine.replace("F_(", f"{fname}(")
             self.lines += [
-                f"@{_JIT}",
-                f"def {vname}(h):",
-                "    out = np.empty(h.size)",
-                "    for k in range(h.size):",
-                f"        out[k] = {fname}(h[k])",
-                "    return out",
-                "",
                 f"_CUTS_{i} = np.array([{cuts}], dtype=np.float64)",
                 "",
                 f"@{_JIT}",
@@ -337,7 +330,7 @@ def generate_source(arch) -> str:
         "",
         "# the node generators of the engine (meanfield.gaussian.QUAD1_SOURCE)",
     ]
-    engine = QUAD1_SOURCE[:QUAD1_SOURCE.index("def _quad1(")].strip().split("\n")
+    engine = QUAD1_SOURCE[:QUAD1_SOURCE.index("def _quad1_scalar(")].strip().split("\n")
     header += [f"@{_JIT}" + "\n" + line if line.startswith("def ") else line for line in engine]
     header += [
         "",
