@@ -18,11 +18,13 @@ cfunc as a first-class function argument, so they are compiled once for
 all architectures.
 
 Unevaluated Gaussian expectations (activations without closed forms) become
-calls to numba quadratures over the exp-sinh rule of
-:mod:`meanfield.gaussian` (``RULE_U``, ``RULE_W``):
-``E[f(h)] = sum_i w_i [f(s u_i) + f(-s u_i)]`` with ``s = sqrt(K)``, and the
-nested rule of :func:`meanfield.gaussian.expect2` for two-point
-expectations. The activation body ``f`` is compiled to its own njit function.
+calls to the quadrature engine of :mod:`meanfield.gaussian` (its source,
+``QUAD1_SOURCE``, is pasted into the generated module with the integrand
+compiled in, so numba and numpy run one rule: piecewise exp-sinh/tanh-sinh,
+split at the integrand's breakpoints, refined until its error estimate
+passes, NaN if it never does), and to the nested rule of
+:func:`meanfield.gaussian.expect2` for two-point expectations. Integrand
+bodies are rewritten to avoid float64 overflow (a stable softplus).
 
 Caching
 -------
