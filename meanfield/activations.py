@@ -316,7 +316,8 @@ class Gelu(Activation):
 class UserActivation(Activation):
     """A user's sympy activation with its kinks and jumps located.
 
-    Max, Min, Abs, sign and Heaviside are rewritten as Piecewise
+    ``expr`` is the expression as written; for the moments, Max, Min, Abs,
+    sign and Heaviside are rewritten as Piecewise
     (:func:`meanfield.gaussian.piecewise_form`), so derivatives are taken
     piece by piece and the quadrature splits at the breakpoints; the delta
     terms that the pieces' derivatives lack enter through the K-derivatives
@@ -330,7 +331,10 @@ class UserActivation(Activation):
 
     @property
     def derivative(self) -> sp.Expr:
-        return sp.diff(self.expr, x)
+        """phi'(x), piece by piece (no delta terms: see the class docs)."""
+        from .gaussian import piecewise_form
+
+        return sp.diff(piecewise_form(self.expr, x), x)
 
     def _no_jumps(self):
         bad = [(c, j) for c, j in zip(self.cuts, self.jumps) if j != 0]
@@ -441,7 +445,8 @@ def user_activation(expr, name=None) -> Activation:
     known = _recognise(expr, info)
     if known is not None:
         return known
-    return UserActivation(name, info.expr, info.cuts, info.jump0)
+    # expr stays as written (torch and printing use it); the moments rewrite it
+    return UserActivation(name, expr, info.cuts, info.jump0)
 
 
 # ---------------------------------------------------------------------------
