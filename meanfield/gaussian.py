@@ -457,56 +457,47 @@ def expect(f, K, cuts=()):
     return out.reshape(K.shape)
 
 
-def expect2(f, K1, K2, K12):
+def expect2(f, K1, K2, K12, cuts=((), ())):
     """E[f(u, v)] for (u, v) zero-mean Gaussian, Var u = K1, Var v = K2, Cov = K12.
 
-    Nested exp-sinh rules: u = sqrt(K1) z1 and, given z1,
-    v ~ N(rho sqrt(K2) z1, K2 (1 - rho^2)) with rho = K12 / sqrt(K1 K2)
-    (clipped to [-1, 1]); the inner rule is centred where v = 0, so kinks at
-    u = 0 or v = 0 are harmless. ``f`` is a vectorised numpy function of two arrays.
-    Broadcasts over K1, K2, K12 (one nested rule per point). Refined like
-    :func:`expect`, but at most 3 times (step 1/256, 4M evaluations of f per
-    point), so strongly oscillating integrands (sin at K >~ 30) warn.
-    ValueError if K1 or K2 < 0 or |K12| > sqrt(K1 K2).
+    Nested engines (:func:`quad1`): u = sqrt(K1) z1 and, given u,
+    v ~ N(m, K2 (1 - rho^2)) with m = rho sqrt(K2) z1 and
+    rho = K12 / sqrt(K1 K2) (clipped to [-1, 1]). The outer integral is split
+    at u = 0 and at ``cuts[0]``, the inner one at v = 0 and at ``cuts[1]``
+    (breakpoints of f in u and in v), so kinks anywhere are integrated
+    piecewise; both levels refine until their error estimates pass, and a
+    RuntimeWarning says where the outer one did not. ``f`` is a vectorised
+    numpy function of two arrays. Broadcasts over K1, K2, K12 (one nested
+    rule per point). ValueError if K1 or K2 < 0 or |K12| > sqrt(K1 K2).
     """
     K1, K2, K12 = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (K1, K2, K12)))
     _check_variances(K1, K2, K12, names=("K1", "K2", "K12"))
+    cu = np.asarray(cuts[0], dtype=np.float64).ravel()
+    cv = np.concatenate([[0.0], np.asarray(cuts[1], dtype=np.float64).ravel()])
     out = np.empty(K1.shape)
     failed = 0
     for idx in np.ndindex(K1.shape):
         k1, k2, k12 = K1[idx], K2[idx], K12[idx]
+        if np.isnan(k1 + k2 + k12):
+            out[idx] = np.nan
+            continue
         denom = np.sqrt(k1 * k2)
         rho = 0.0 if denom == 0 else float(np.clip(k12 / denom, -1.0, 1.0))
+        s1 = np.sqrt(k1)
+        a = rho * np.sqrt(k2) / s1 if s1 > 0 else 0.0
         sd_v = np.sqrt(max(k2 * (1.0 - rho * rho), 0.0))
-        for level in range(_MAX_LEVEL_2D + 1):
-            u, w, even = _rule(level)
-            z = np.concatenate([u, -u])
-            wz = np.concatenate([w, w])
-            ev = np.concatenate([even, even])
-            # The inner rule (over z2) is centred where v = 0, the place where
-            # activations have their kink or transition, as the one-point rule
-            # is centred at h = 0; reweighting phi(c + z)/phi(z) keeps it exact
-            # for the Gaussian. Centres beyond |c| = 8 stay at 0: a feature there
-            # has weight < e^-32, and a farther centre would sample the
-            # Gaussian itself too sparsely.
-            mean_v = rho * np.sqrt(k2) * z
-            with np.errstate(divide="ignore", invalid="ignore"):
-                c = np.where(sd_v > 0, -mean_v / sd_v, 0.0)
-            c = np.where(np.abs(c) <= _MAX_CENTRE, c, 0.0)[:, None]
-            v = mean_v[:, None] + sd_v * (c + z[None, :])
-            w2 = wz[None, :] * np.exp(-0.5 * c * c - c * z[None, :])
-            with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-                vals = np.broadcast_to(f(np.sqrt(k1) * z[:, None], v), v.shape)
-                inner = np.sum(vals * w2, axis=1)
-                total = wz @ inner
-                inner_half = 2.0 * np.sum(vals[:, ev] * w2[:, ev], axis=1)
-                half = 2.0 * (wz[ev] @ inner_half[ev])
-                delta = _relative(total - half, wz @ np.sum(np.abs(vals) * w2, axis=1))
-            out[idx] = total
-            if _accept(delta, level) or not np.isfinite(total):
-                break
-        else:
-            failed += 1
+
+        def outer(h1):
+            res = np.empty(h1.shape)
+            for i, u in enumerate(h1.ravel()):
+                m = a * u
+                uu = np.full(1, u)
+                res.flat[i] = quad1(lambda h: f(np.broadcast_to(uu, h.shape), m + h), sd_v, cv - m)[0]
+            return res
+
+        val, _, _, ok = quad1(outer, s1, cu)
+        out[idx] = val
+        failed += not ok and np.isfinite(val)
     if failed:
         _not_converged("expect2", failed)
     return out
@@ -615,6 +606,21 @@ def pieces(f: sp.Lambda) -> Pieces:
         j0.append(jumps[0])
         j1.append(jumps[1])
     return Pieces(var, expr, tuple(cuts), tuple(j0), tuple(j1))
+
+
+def two_point_cuts(f: sp.Lambda) -> tuple:
+    """Breakpoints (floats) of a two-variable integrand in each variable: (cuts_u, cuts_v).
+
+    Conditions that mix both variables are not located (refinement handles them)."""
+    a, b = f.variables
+    expr = piecewise_form(piecewise_form(f.expr, a), b)
+    out = ([], [])
+    for rel in expr.atoms(sp.core.relational.Relational):
+        d = rel.lhs - rel.rhs
+        for i, (v, w) in enumerate(((a, b), (b, a))):
+            if d.has(v) and not d.has(w):
+                out[i].extend(float(r) for r in _roots(d, v, f.expr))
+    return tuple(sorted(set(out[0]))), tuple(sorted(set(out[1])))
 
 
 def breakpoints(f) -> tuple:

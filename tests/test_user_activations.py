@@ -240,3 +240,23 @@ def test_numba_and_numpy_engines_agree():
             b = G.quad1(fv, math.sqrt(K), cuts)
             assert a[3] and b[3]
             assert abs(a[0] - b[0]) <= 1e-14 * a[1], (K, a, b)
+
+
+def test_two_point_kinks_away_from_zero():
+    """E[Max(u-1,0) Max(v-1,0)] at (K1, K2, K12) = (1, 1, 1/2): mpmath split at u = 1 and v = 1."""
+    from meanfield.gaussian import expect2, two_point_cuts
+
+    y = sp.Symbol("y")
+    lam = sp.Lambda((x, y), sp.Max(x - 1, 0) * sp.Max(y - 1, 0))
+    assert two_point_cuts(lam) == ((1.0,), (1.0,))
+    with mp.workdps(25):
+        rho = mp.mpf("0.5")
+        c = mp.sqrt(1 - rho**2)
+
+        def outer(z1):
+            k = (1 - rho * z1) / c
+            return (z1 - 1) * mp.npdf(z1) * mp.quad(lambda z2: (rho * z1 + c * z2 - 1) * mp.npdf(z2), [k, mp.inf])
+
+        ref = mp.quad(outer, [1, 2, 4, 8, mp.inf])
+    got = float(expect2(numpy_function(lam), 1.0, 1.0, 0.5, two_point_cuts(lam)))
+    assert abs(got - float(ref)) < 1e-12 * float(ref)
