@@ -51,6 +51,8 @@ __all__ = [
     "ScaleInvariant",
     "Erf",
     "Gelu",
+    "UserActivation",
+    "user_activation",
     "ACTIVATIONS",
     "activation",
     "available_activations",
@@ -308,6 +310,146 @@ class Gelu(Activation):
 
 
 # ---------------------------------------------------------------------------
+# User expressions.
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True, repr=False)
+class UserActivation(Activation):
+    """A user's sympy activation with its kinks and jumps located.
+
+    ``expr`` is the expression as written; for the moments, Max, Min, Abs,
+    sign and Heaviside are rewritten as Piecewise
+    (:func:`meanfield.gaussian.piecewise_form`), so derivatives are taken
+    piece by piece and the quadrature splits at the breakpoints; the delta
+    terms that the pieces' derivatives lack enter through the K-derivatives
+    of :class:`~meanfield.gaussian.GaussianExpectation`. Where phi itself
+    jumps, phi' contains a delta function and E[phi'^2] (chi_J) is infinite:
+    the derivative moments raise ValueError.
+    """
+
+    cuts: tuple = ()
+    jumps: tuple = ()   # jumps of phi at the cuts
+
+    @property
+    def derivative(self) -> sp.Expr:
+        """phi'(x), piece by piece (no delta terms: see the class docs)."""
+        from .gaussian import piecewise_form
+
+        return sp.diff(piecewise_form(self.expr, x), x)
+
+    def _no_jumps(self):
+        bad = [(c, j) for c, j in zip(self.cuts, self.jumps) if j != 0]
+        if bad:
+            c, j = bad[0]
+            raise ValueError(f"activation {self.name} jumps by {j} at x = {c}: its derivative is a delta "
+                             "function, so E[phi'(h)^2] (chi_J) is infinite; use a continuous activation")
+
+    def derivative_second_moment(self, K):
+        self._no_jumps()
+        return Activation.derivative_second_moment.__wrapped__(self, K)
+
+    def derivative_kernel(self, K1, K2, K12):
+        self._no_jumps()
+        return Activation.derivative_kernel.__wrapped__(self, K1, K2, K12)
+
+    def chi_delta_moment(self, K):
+        self._no_jumps()
+        return Activation.chi_delta_moment.__wrapped__(self, K)
+
+    def __repr__(self):
+        return f"UserActivation({self.name!r}, {self.expr})"
+
+
+def _check_user_expression(expr, info, name):
+    """ValueError naming ``activation`` unless phi is real and finite on the whole line
+    (apart from jumps at its breakpoints)."""
+    import mpmath as mp
+    from sympy.calculus.util import continuous_domain
+
+    pw = info.expr
+    if pw.has(sp.I, sp.zoo, sp.nan, sp.oo):
+        raise ValueError(f"activation {name} is not a real function of a real variable")
+    pieces_ = pw.args if isinstance(pw, sp.Piecewise) else ((pw, sp.true),)
+    taken = sp.S.EmptySet
+    cut_set = sp.FiniteSet(*info.cuts)
+    for e, cond in pieces_:
+        where = (cond.as_set() if cond is not sp.true else sp.S.Reals) - taken
+        taken = taken | where
+        try:
+            dom = continuous_domain(e, x, sp.S.Reals)
+        except Exception:  # sympy cannot decide: the sampling below still checks
+            continue
+        missing = where - dom - cut_set
+        if missing is not sp.S.EmptySet:
+            raise ValueError(f"activation {name} is not defined, or not finite, on all of the real line "
+                             f"(trouble on {missing}); activations must be real and finite for every real x")
+    # real-valuedness (x**(1/3), sqrt(x) hidden in a condition, I*x, ...), by sampling
+    fm = sp.lambdify(x, pw, modules="mpmath")
+    pts = [0, 0.5, 1, 2, 3, 5, 10, 30, 100, 1e3] + [float(c) + d for c in info.cuts for d in (-1e-3, 1e-3)]
+    with mp.workdps(30):
+        for p in pts + [-p for p in pts]:
+            try:
+                v = mp.mpmathify(fm(mp.mpf(p)))
+            except (ZeroDivisionError, ValueError, TypeError, OverflowError):
+                raise ValueError(f"activation {name} cannot be evaluated at x = {p}; activations must be "
+                                 "real and finite for every real x") from None
+            if mp.im(v) != 0 or not mp.isfinite(v):
+                raise ValueError(f"activation {name} is not real and finite at x = {p} (value {v}); "
+                                 "activations must be real and finite for every real x")
+
+
+def _recognise(expr, info):
+    """The registered activation equal to ``expr``, or None."""
+    from .gaussian import _piece_at
+
+    if info.cuts in ((), (0,)) and not expr.has(sp.exp, sp.log, sp.erf, sp.tanh):
+        right, left = _piece_at(info.expr, x, 1), _piece_at(info.expr, x, -1)
+        slopes = [sp.diff(e, x) for e in (right, left)]
+        if all(sl.is_number for sl in slopes) and all(sp.simplify(e - sl * x) == 0
+                                                      for e, sl in zip((right, left), slopes)):
+            a_plus, a_minus = slopes
+            names = {(1, 0): "relu", (1, 1): "linear", (1, -1): "abs"}
+            name = names.get((a_plus, a_minus), "scale_invariant")
+            return _scale_invariant(name, a_plus, a_minus)
+    for name in ("erf", "gelu"):
+        reg = ACTIVATIONS[name]()
+        if expr == reg.expr or (expr.has(sp.erf, sp.erfc) and sp.simplify(expr - reg.expr) == 0):
+            return reg
+    return None
+
+
+def user_activation(expr, name=None) -> Activation:
+    """An :class:`Activation` from a sympy expression in :data:`meanfield.symbols.x`.
+
+    Built-ins are recognised (``Max(x, 0)`` is relu, ``Abs(x)`` is abs,
+    ``x/2 (1 + erf(x/sqrt 2))`` is GELU) and get their closed forms. Anything
+    else becomes a :class:`UserActivation`, after checks: ValueError naming
+    ``activation`` for expressions that are not real and finite on the whole
+    line (sqrt(x), I*x, 1/x, log(x)) or whose breakpoints cannot be located
+    (floor, DiracDelta, conditions with infinitely many solutions).
+    """
+    from .gaussian import Pieces, pieces
+
+    expr = sp.sympify(expr)
+    name = str(expr) if name is None else name
+    try:
+        info = pieces(sp.Lambda(x, expr))
+    except ValueError as err:
+        msg = str(err)
+        raise ValueError(msg if msg.startswith("activation") else f"activation {name}: {msg}") from None
+    except Exception as err:  # sympy internals (NotImplementedError, TypeError, ...)
+        raise ValueError(f"activation {name} cannot be analysed ({type(err).__name__}); use elementary "
+                         "functions, Piecewise, Max, Min, Abs, sign or Heaviside") from None
+    # (a Lambda may rename its variable; bring the pieces back to x)
+    info = Pieces(x, info.expr.subs(info.var, x), info.cuts, info.jump0, info.jump1)
+    _check_user_expression(expr, info, name)
+    known = _recognise(expr, info)
+    if known is not None:
+        return known
+    # expr stays as written (torch and printing use it); the moments rewrite it
+    return UserActivation(name, expr, info.cuts, info.jump0)
+
+
+# ---------------------------------------------------------------------------
 # Registry.
 # ---------------------------------------------------------------------------
 def _scale_invariant(name, a_plus, a_minus):
@@ -396,5 +538,5 @@ def activation(spec, **params) -> Activation:
                 f"activation expression {expr} must have exactly one free symbol, "
                 f"found {len(free)}: {sorted(map(str, free))}")
         (var,) = free
-        return Activation(str(expr), expr.subs(var, x))
+        return user_activation(expr.subs(var, x), name=str(expr))
     raise ValueError(f"activation must be a name, a sympy expression or an Activation, got {spec!r}")

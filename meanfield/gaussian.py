@@ -9,29 +9,44 @@ functions:
 
 - they differentiate by Price's theorem (Price 1958; also Roberts, Yaida &
   Hanin 2022, eq. 4.39),
-  ``d/dK E[f(h)] = 1/2 E[f''(h)]``, ``d/dK12 E[f(u, v)] = E[d_u d_v f]``,
+  ``d/dK E[f(h)] = 1/2 E[f''(h)]`` (f'' in the weak sense: delta terms at
+  kinks and jumps included, see below), ``d/dK12 E[f(u, v)] = E[d_u d_v f]``,
   so chi_K, the series coefficients and chi_Delta exist for any activation;
 - ``.evalf()`` evaluates them with mpmath at the requested precision;
 - :func:`meanfield.symbolic.lambdify` turns them into fast numpy calls.
 
-Quadrature rule
----------------
-E[f(h)], h ~ N(0, K), is written as
-``int_0^inf [f(sqrt(K) u) + f(-sqrt(K) u)] phi(u) du`` with phi the standard
-normal density, and integrated with the exp-sinh (double exponential) rule
-``u = exp(pi/2 sinh t)``, trapezoid in t with step 1/32. The rule is
-log-uniform in u, so it resolves structure in f at |h| ~ 1 whatever sqrt(K)
-is: against mpmath it is accurate to ~1e-15 relative for tanh^2, sech^4,
-softplus^2 and swish^2 over K in [1e-6, 1e6] (tests/test_gaussian.py),
-where Gauss-Hermite needs thousands of nodes at K = 1e6.
-Splitting at h = 0 also makes kinks at the origin (ReLU-like) harmless.
+Quadrature engine
+-----------------
+E[f(h)], h ~ N(0, K), is written with z = h / sqrt(K) and the line split at
+z = 0 and at the breakpoints of f (kinks and jumps, located by
+:func:`pieces` for sympy integrands): the two tails are integrated by the
+exp-sinh rule ``u = exp(pi/2 sinh t)`` from their breakpoint, the finite
+pieces by the tanh-sinh rule, trapezoid in t with step 1/32. The rules are
+log-uniform near their end points, so they resolve structure at |h| ~ 1
+(and at the breakpoints) whatever sqrt(K) is.
 
-The even nodes of the rule form the rule with step 1/16, which gives an
-error estimate for free. :func:`expect` halves the step where that estimate
-is large (integrands oscillating faster than the rule resolves, such as
-sin(h) at K >~ 30, or kinked away from 0), up to step 1/32768, and warns if
-even that does not converge; :func:`expect2` does the same up to step 1/256.
-With it, E[(sin h + h/2)^2] is accurate to ~1e-15 over K in [1e-6, 1e6].
+The even nodes form the rule with twice the step, which gives an error
+estimate for free: the base rule is accepted when it is below 1e-8 of
+E|f(h)| (its own error is then ~1e-16), else the step of every piece is
+halved, up to 10 times (~250k nodes per piece), until two levels agree to
+1e-10 of E|f(h)|. The engine is one piece of source, ``QUAD1_SOURCE``:
+:func:`expect` runs it with numpy and :mod:`meanfield.numeric` pastes it
+into the generated numba modules, where a non-converged value is NaN (which
+the solvers report). Against mpmath at 30 digits it is accurate to 1e-10
+relative, and mostly ~1e-15, for tanh, SiLU, softplus, SELU/ELU written as
+Piecewise, Max(x - 1, 0) and sin(x) over K in [1e-6, 1e6]
+(tests/test_user_activations.py; the table is in docs/theory.md).
+
+Derivatives in K follow Price's theorem in the weak sense: the pieces'
+second derivative plus the delta terms at the breakpoints (jumps J0 of f
+and J1 of f' at c contribute (J1 + J0 c / K) p_K(c) / 2), which equals the
+derivative on the Gaussian weight, E[f(h)(h^2 - K)] / (2 K^2)
+(:func:`expect_dK`), without its cancellation at small K.
+
+The two-point rule of :func:`expect2` (nested exp-sinh, inner rule centred
+where v = 0) splits only at u = 0 and v = 0; it refines where its error
+estimate is large. Two-point K-derivatives that would need delta terms on
+a line (a kinked factor differentiated twice) are NaN, not silently wrong.
 
 Accuracy limits worth knowing: the error is relative to E|f(h)|, so a
 result much smaller than E|f(h)| (a cancelling integrand) is only accurate
@@ -43,6 +58,8 @@ K = 1e4), absolute error below 3e-14 of E|phi''^2| + E|phi' phi'''|
 (tests/test_activations.py).
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import sympy as sp
@@ -57,6 +74,11 @@ __all__ = [
     "RULE_W",
     "expect",
     "expect2",
+    "expect_dK",
+    "quad1",
+    "pieces",
+    "piecewise_form",
+    "breakpoints",
     "mp_expect",
     "mp_expect2",
     "numpy_function",
@@ -123,6 +145,207 @@ def _accept(delta, level):
     return delta <= (_TOL_BASE if level == 0 else _TOL_REFINED)
 
 
+# ---------------------------------------------------------------------------
+# The one-point engine: piecewise exp-sinh / tanh-sinh with nested refinement.
+# ---------------------------------------------------------------------------
+#: Step of the level-0 rule in t, the t ranges of the exp-sinh (tails) and
+#: tanh-sinh (finite pieces) maps, the largest |z| = |h| / sqrt(K) kept as a
+#: breakpoint (phi(40) ~ 1e-348 underflows), the tolerances and the deepest
+#: level (step 1/32768: ~250k nodes per piece).
+QUAD_STEP = 1.0 / 32
+QUAD_ES_T = (-6.0, 1.6)
+QUAD_TS_T = 4.5
+QUAD_ZMAX = 40.0
+QUAD_MAX_LEVEL = 10
+
+# The engine is written once, as source text, so that numpy (this module) and
+# numba (the modules generated by meanfield.numeric) run the same rule: the
+# node generators and breakpoints are shared; _quad1 (numpy, F_ maps arrays)
+# and _quad1_scalar (numba, F_ maps one float; loops compile much faster than
+# array expressions) are the same algorithm, and tests/test_user_activations.py
+# checks that they agree. numeric.py pastes the helpers and _quad1_scalar into
+# each generated module, with F_ renamed to the compiled integrand.
+QUAD1_SOURCE = '''
+def _seg_range(seg, h0, t_lo, t_hi):
+    """Grid indices k (t = t_lo + k step) of segment ``seg`` of the nested
+    trapezoid rule on [t_lo, t_hi]: seg 0 the even and seg 1 the odd nodes of
+    step h0, seg L + 1 the nodes new at step h0 / 2^L. Returns (start, stop, stride, step)."""
+    n0 = int(np.floor((t_hi - t_lo) / h0 + 1e-9))
+    if seg == 0:
+        return 0, n0 + 1, 2, h0
+    if seg == 1:
+        return 1, n0 + 1, 2, h0
+    return 1, n0 * 2 ** (seg - 1), 2, h0 / 2.0 ** (seg - 1)
+
+
+def _es_node(t, step):
+    """exp-sinh node u > 0 and weight (normal density included) at t (scalar or array)."""
+    u = np.exp(0.5 * np.pi * np.sinh(t))
+    return u, step * u * 0.5 * np.pi * np.cosh(t) * np.exp(-0.5 * u * u) * 0.3989422804014327
+
+
+def _ts_node(t, step):
+    """tanh-sinh node on [0, 1] (s, and 1 - s without cancellation) and weight at t."""
+    y = np.pi * np.sinh(t)
+    s = 1.0 / (1.0 + np.exp(-y))
+    c = 1.0 / (1.0 + np.exp(y))
+    return s, c, step * np.pi * np.cosh(t) * s * c
+
+
+def _breaks(s, cuts, zmax):
+    """Sorted breakpoints in z = h / s: 0 and cuts / s (those with |z| < zmax)."""
+    zc = np.zeros(cuts.size + 1)
+    m = 1
+    for i in range(cuts.size):
+        z = cuts[i] / s
+        if z != 0.0 and abs(z) < zmax:
+            zc[m] = z
+            m += 1
+    return np.sort(zc[:m])
+
+
+def _quad1_scalar(s, cuts, F_, h0, es_lo, es_hi, ts_t, zmax, max_level, tol0, tol):
+    """The engine with a scalar integrand F_ (what numba runs); see _quad1."""
+    if not s > 0.0:
+        v = 0.5 * (F_(1e-300) + F_(-1e-300))
+        return v, abs(v), 0.0, True
+    zc = _breaks(s, cuts, zmax)
+    m = zc.size
+    lo = zc[0]
+    hi = zc[m - 1]
+    total = 0.0
+    total_abs = 0.0
+    delta = np.inf
+    for seg in range(max_level + 2):
+        part = 0.0
+        part_abs = 0.0
+        k0, k1, dk, step = _seg_range(seg, h0, es_lo, es_hi)
+        for k in range(k0, k1, dk):
+            u, w = _es_node(es_lo + step * k, step)
+            if w > 0.0:
+                wl = w * np.exp(lo * u - 0.5 * lo * lo)
+                if wl > 0.0:
+                    v = F_(s * (lo - u)) * wl
+                    part += v
+                    part_abs += abs(v)
+                wr = w * np.exp(-hi * u - 0.5 * hi * hi)
+                if wr > 0.0:
+                    v = F_(s * (hi + u)) * wr
+                    part += v
+                    part_abs += abs(v)
+        if m > 1:
+            k0, k1, dk, step = _seg_range(seg, h0, -ts_t, ts_t)
+            for k in range(k0, k1, dk):
+                sk, ck, wk = _ts_node(-ts_t + step * k, step)
+                for j in range(m - 1):
+                    a = zc[j]
+                    b = zc[j + 1]
+                    L = b - a
+                    z = a + L * sk if sk <= 0.5 else b - L * ck
+                    ww = L * wk * np.exp(-0.5 * z * z) * 0.3989422804014327
+                    if ww > 0.0:
+                        v = F_(s * z) * ww
+                        part += v
+                        part_abs += abs(v)
+        if seg == 0:
+            total = 2.0 * part
+            total_abs = 2.0 * part_abs
+            continue
+        new = 0.5 * total + part
+        new_abs = 0.5 * total_abs + part_abs
+        if not np.isfinite(new):
+            return new, new_abs, np.inf, False
+        diff = abs(new - total)
+        delta = diff / new_abs if new_abs > 0.0 else diff
+        total = new
+        total_abs = new_abs
+        if delta <= (tol0 if seg == 1 else tol):
+            return total, total_abs, delta, True
+    return total, total_abs, delta, False
+
+
+def _segment(zc, seg, h0, es_lo, es_hi, ts_t):
+    """Nodes z and weights of segment ``seg`` over all pieces (vectorised form of
+    the loops of _quad1_scalar): exp-sinh on the two tails from the outer
+    breakpoints, tanh-sinh on the finite pieces. Only nodes of positive weight."""
+    m = zc.size
+    k0, k1, dk, step = _seg_range(seg, h0, es_lo, es_hi)
+    u, wu = _es_node(es_lo + step * np.arange(k0, k1, dk), step)
+    lo, hi = zc[0], zc[m - 1]
+    zs = [lo - u, hi + u]
+    ws = [wu * np.exp(lo * u - 0.5 * lo * lo), wu * np.exp(-hi * u - 0.5 * hi * hi)]
+    if m > 1:
+        k0, k1, dk, step = _seg_range(seg, h0, -ts_t, ts_t)
+        sk, ck, wk = _ts_node(-ts_t + step * np.arange(k0, k1, dk), step)
+        for j in range(m - 1):
+            a, b = zc[j], zc[j + 1]
+            L = b - a
+            zz = np.where(sk <= 0.5, a + L * sk, b - L * ck)
+            zs.append(zz)
+            ws.append(L * wk * np.exp(-0.5 * zz * zz) * 0.3989422804014327)
+    z, w = np.concatenate(zs), np.concatenate(ws)
+    keep = w > 0.0
+    return z[keep], w[keep]
+
+
+def _quad1(s, cuts, F_, h0, es_lo, es_hi, ts_t, zmax, max_level, tol0, tol):
+    """E[F_(s z)], z ~ N(0, 1), split at z = 0 and at z = cuts / s (F_ vectorised).
+
+    Returns (value, E|F_|, relative error estimate, converged). Every level
+    halves the step of all pieces; the estimate is |I_L - I_(L-1)| / E|F_|
+    (I_(-1): the even nodes of level 0, i.e. twice the step).
+    """
+    if not s > 0.0:
+        # the limit K -> 0+: the mean of f(0+) and f(0-) where f jumps at 0
+        v = 0.5 * np.sum(F_(np.array([1e-300, -1e-300])))
+        return v, abs(v), 0.0, True
+    zc = _breaks(s, cuts, zmax)
+    total = 0.0
+    total_abs = 0.0
+    delta = np.inf
+    for seg in range(max_level + 2):
+        z, w = _segment(zc, seg, h0, es_lo, es_hi, ts_t)
+        vals = F_(s * z) * w
+        part = np.sum(vals)
+        part_abs = np.sum(np.abs(vals))
+        if seg == 0:
+            total = 2.0 * part
+            total_abs = 2.0 * part_abs
+            continue
+        new = 0.5 * total + part
+        new_abs = 0.5 * total_abs + part_abs
+        if not np.isfinite(new):
+            return new, new_abs, np.inf, False
+        diff = abs(new - total)
+        delta = diff / new_abs if new_abs > 0.0 else diff
+        total = new
+        total_abs = new_abs
+        if delta <= (tol0 if seg == 1 else tol):
+            return total, total_abs, delta, True
+    return total, total_abs, delta, False
+'''
+
+
+@functools.lru_cache(maxsize=1)
+def _engine() -> dict:
+    """The engine's functions (compiled from QUAD1_SOURCE on first use, not at import)."""
+    namespace = {"np": np}
+    exec(compile(QUAD1_SOURCE, "<meanfield.gaussian.QUAD1_SOURCE>", "exec"), namespace)
+    return namespace
+
+
+def quad1(f, s, cuts=()):
+    """E[f(s z)], z ~ N(0, 1), by the piecewise engine (numpy).
+
+    Returns (value, E|f|, relative error estimate, converged). ``cuts`` are
+    the breakpoints of f in h (kinks and jumps); see :func:`expect`.
+    """
+    cuts = np.asarray(cuts, dtype=np.float64).ravel()
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        return _engine()["_quad1"](float(s), cuts, f, QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX,
+                      QUAD_MAX_LEVEL, _TOL_BASE, _TOL_REFINED)
+
+
 def _not_converged(what, n):
     import warnings
 
@@ -185,16 +408,20 @@ def _relative(diff, scale):
         return np.where(scale > 0, np.abs(diff) / scale, np.abs(diff))
 
 
-def expect(f, K):
-    """E[f(h)] for h ~ N(0, K), by the exp-sinh rule, refined where needed.
+def expect(f, K, cuts=()):
+    """E[f(h)] for h ~ N(0, K), by the piecewise exp-sinh / tanh-sinh engine.
 
-    The base rule (:data:`RULE_U`, :data:`RULE_W`) carries an embedded error
-    estimate (its even nodes form the rule with twice the step). Where that
-    estimate exceeds 1e-8 of E|f(h)| (an integrand oscillating on a scale the
-    rule does not resolve, e.g. sin(h) at K = 1e4, or one with a kink away
-    from 0), the step is halved until two successive levels agree to 1e-10
-    of E|f(h)|, at most 10 times (~250k nodes); a RuntimeWarning says when
-    even that did not converge.
+    The real line is split at h = 0 and at the breakpoints ``cuts`` (kinks
+    and jumps of f; :func:`breakpoints` finds them for a sympy expression):
+    the two tails are integrated with the exp-sinh rule from their
+    breakpoint, the finite pieces with the tanh-sinh rule, all with step
+    1/32 in t. The even nodes form the rule with twice the step, which gives
+    an error estimate; where it exceeds 1e-8 of E|f(h)| (an integrand
+    oscillating faster than the rule resolves, e.g. sin(h) at K = 1e4) the
+    step of every piece is halved until two successive levels agree to 1e-10
+    of E|f(h)|, at most 10 times (~250k nodes per piece); a RuntimeWarning
+    says when even that did not converge. The compiled solvers run the same
+    engine (:data:`QUAD1_SOURCE`, pasted into the numba module).
 
     Parameters
     ----------
@@ -202,6 +429,8 @@ def expect(f, K):
         Vectorised numpy function of one array argument.
     K : array_like
         Variance(s) >= 0; broadcasts. K = 0 gives f(0).
+    cuts : sequence of float, optional
+        Breakpoints of f in h (0 is always one).
 
     Returns
     -------
@@ -214,97 +443,216 @@ def expect(f, K):
     """
     K = np.asarray(K, dtype=np.float64)
     _check_variances(K)
-    s = np.sqrt(K).ravel()
-    out = np.empty(s.size)
-    todo = np.arange(s.size)
-    level = 0
-    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        while todo.size:
-            u, w, even = _rule(level)
-            delta = np.empty(todo.size)
-            rows = max(1, 2_000_000 // u.size)
-            for start in range(0, todo.size, rows):
-                idx = todo[start:start + rows]
-                sc = s[idx, None]
-                plus, minus = f(sc * u), f(-sc * u)
-                vals = np.broadcast_to(plus + minus, (idx.size, u.size))
-                total = vals @ w
-                out[idx] = total
-                scale = np.broadcast_to(np.abs(plus) + np.abs(minus), vals.shape) @ w  # E|f(h)|
-                delta[start:start + rows] = _relative(total - 2.0 * (vals[:, even] @ w[even]), scale)
-            done = _accept(delta, level) | ~np.isfinite(out[todo])
-            todo = todo[~done]
-            level += 1
-            if todo.size and level > _MAX_LEVEL_1D:
-                _not_converged("expect", todo.size)
-                break
+    out = np.empty(K.size)
+    failed = 0
+    for i, k in enumerate(K.ravel()):
+        if np.isnan(k):
+            out[i] = np.nan
+            continue
+        val, _, _, ok = quad1(f, np.sqrt(k), cuts)
+        out[i] = val
+        failed += not ok and np.isfinite(val)
+    if failed:
+        _not_converged("expect", failed)
     return out.reshape(K.shape)
 
 
-def expect2(f, K1, K2, K12):
+def expect2(f, K1, K2, K12, cuts=((), ())):
     """E[f(u, v)] for (u, v) zero-mean Gaussian, Var u = K1, Var v = K2, Cov = K12.
 
-    Nested exp-sinh rules: u = sqrt(K1) z1 and, given z1,
-    v ~ N(rho sqrt(K2) z1, K2 (1 - rho^2)) with rho = K12 / sqrt(K1 K2)
-    (clipped to [-1, 1]); the inner rule is centred where v = 0, so kinks at
-    u = 0 or v = 0 are harmless. ``f`` is a vectorised numpy function of two arrays.
-    Broadcasts over K1, K2, K12 (one nested rule per point). Refined like
-    :func:`expect`, but at most 3 times (step 1/256, 4M evaluations of f per
-    point), so strongly oscillating integrands (sin at K >~ 30) warn.
-    ValueError if K1 or K2 < 0 or |K12| > sqrt(K1 K2).
+    Nested engines (:func:`quad1`): u = sqrt(K1) z1 and, given u,
+    v ~ N(m, K2 (1 - rho^2)) with m = rho sqrt(K2) z1 and
+    rho = K12 / sqrt(K1 K2) (clipped to [-1, 1]). The outer integral is split
+    at u = 0 and at ``cuts[0]``, the inner one at v = 0 and at ``cuts[1]``
+    (breakpoints of f in u and in v), so kinks anywhere are integrated
+    piecewise; both levels refine until their error estimates pass, and a
+    RuntimeWarning says where the outer one did not. ``f`` is a vectorised
+    numpy function of two arrays. Broadcasts over K1, K2, K12 (one nested
+    rule per point). ValueError if K1 or K2 < 0 or |K12| > sqrt(K1 K2).
     """
     K1, K2, K12 = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (K1, K2, K12)))
     _check_variances(K1, K2, K12, names=("K1", "K2", "K12"))
+    cu = np.asarray(cuts[0], dtype=np.float64).ravel()
+    cv = np.concatenate([[0.0], np.asarray(cuts[1], dtype=np.float64).ravel()])
     out = np.empty(K1.shape)
     failed = 0
     for idx in np.ndindex(K1.shape):
         k1, k2, k12 = K1[idx], K2[idx], K12[idx]
+        if np.isnan(k1 + k2 + k12):
+            out[idx] = np.nan
+            continue
         denom = np.sqrt(k1 * k2)
         rho = 0.0 if denom == 0 else float(np.clip(k12 / denom, -1.0, 1.0))
+        s1 = np.sqrt(k1)
+        a = rho * np.sqrt(k2) / s1 if s1 > 0 else 0.0
         sd_v = np.sqrt(max(k2 * (1.0 - rho * rho), 0.0))
-        for level in range(_MAX_LEVEL_2D + 1):
-            u, w, even = _rule(level)
-            z = np.concatenate([u, -u])
-            wz = np.concatenate([w, w])
-            ev = np.concatenate([even, even])
-            # The inner rule (over z2) is centred where v = 0, the place where
-            # activations have their kink or transition, as the one-point rule
-            # is centred at h = 0; reweighting phi(c + z)/phi(z) keeps it exact
-            # for the Gaussian. Centres beyond |c| = 8 stay at 0: a feature there
-            # has weight < e^-32, and a farther centre would sample the
-            # Gaussian itself too sparsely.
-            mean_v = rho * np.sqrt(k2) * z
-            with np.errstate(divide="ignore", invalid="ignore"):
-                c = np.where(sd_v > 0, -mean_v / sd_v, 0.0)
-            c = np.where(np.abs(c) <= _MAX_CENTRE, c, 0.0)[:, None]
-            v = mean_v[:, None] + sd_v * (c + z[None, :])
-            w2 = wz[None, :] * np.exp(-0.5 * c * c - c * z[None, :])
-            with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-                vals = np.broadcast_to(f(np.sqrt(k1) * z[:, None], v), v.shape)
-                inner = np.sum(vals * w2, axis=1)
-                total = wz @ inner
-                inner_half = 2.0 * np.sum(vals[:, ev] * w2[:, ev], axis=1)
-                half = 2.0 * (wz[ev] @ inner_half[ev])
-                delta = _relative(total - half, wz @ np.sum(np.abs(vals) * w2, axis=1))
-            out[idx] = total
-            if _accept(delta, level) or not np.isfinite(total):
-                break
-        else:
-            failed += 1
+
+        def outer(h1):
+            res = np.empty(h1.shape)
+            for i, u in enumerate(h1.ravel()):
+                m = a * u
+                uu = np.full(1, u)
+                res.flat[i] = quad1(lambda h: f(np.broadcast_to(uu, h.shape), m + h), sd_v, cv - m)[0]
+            return res
+
+        val, _, _, ok = quad1(outer, s1, cu)
+        out[idx] = val
+        failed += not ok and np.isfinite(val)
     if failed:
         _not_converged("expect2", failed)
     return out
 
 
 # ---------------------------------------------------------------------------
+# Kinks and jumps of sympy integrands.
+# ---------------------------------------------------------------------------
+#: functions rewritten as Piecewise so that their breakpoints can be located
+KINKED_FUNCTIONS = (sp.Max, sp.Min, sp.Abs, sp.sign, sp.Heaviside)
+#: functions whose breakpoints are not located (infinitely many, or a delta)
+_UNSUPPORTED = (sp.floor, sp.ceiling, sp.frac, sp.Mod, sp.DiracDelta, sp.re, sp.im, sp.arg)
+
+
+class Pieces:
+    """A one-variable integrand in piecewise form with its breakpoints.
+
+    ``expr``: the integrand with Max, Min, Abs, sign and Heaviside rewritten
+    as Piecewise (folded to the top); ``cuts``: the sorted real breakpoints
+    (sympy numbers) where a condition changes; ``jump0``/``jump1``: the jumps
+    f(c+) - f(c-) and f'(c+) - f'(c-) there (sympy numbers).
+    """
+
+    __slots__ = ("var", "expr", "cuts", "jump0", "jump1")
+
+    def __init__(self, var, expr, cuts, jump0, jump1):
+        self.var, self.expr, self.cuts, self.jump0, self.jump1 = var, expr, cuts, jump0, jump1
+
+    @property
+    def float_cuts(self) -> tuple:
+        return tuple(float(c) for c in self.cuts)
+
+    def __repr__(self):
+        return f"Pieces({self.expr}, cuts={self.cuts}, jump0={self.jump0}, jump1={self.jump1})"
+
+
+def piecewise_form(expr, var):
+    """``expr`` with Max, Min, Abs, sign, Heaviside rewritten as a (folded) Piecewise in ``var``."""
+    expr = sp.sympify(expr)
+    if not expr.has(*KINKED_FUNCTIONS, sp.Piecewise):
+        return expr
+    xr = sp.Dummy("xr", real=True)   # Abs and sign rewrite only for a real argument
+    e = expr.subs(var, xr).rewrite(list(KINKED_FUNCTIONS), sp.Piecewise)
+    return sp.piecewise_fold(e).subs(xr, var)
+
+
+def _roots(d, var, expr):
+    """Real roots of the condition d(var) = 0 (ValueError naming activation if unknown)."""
+    d = sp.expand(d)
+    if d.is_polynomial(var) and sp.degree(d, var) == 1:
+        a, b = sp.Poly(d, var).all_coeffs()
+        return [-b / a]
+    sol = sp.solveset(d, var, sp.S.Reals)
+    if isinstance(sol, sp.FiniteSet):
+        return [r for r in sol if r.is_real]
+    raise ValueError(f"activation: cannot locate the breakpoints of {expr} (condition {d} = 0 has "
+                     f"solutions {sol}); use finitely many kinks given by polynomial conditions")
+
+
+def _piece_at(pw, var, t):
+    """The expression of the piece of ``pw`` active at the number ``t``."""
+    if not isinstance(pw, sp.Piecewise):
+        return pw
+    for e, cond in pw.args:
+        if bool(cond.subs(var, t)):
+            return _piece_at(e, var, t)
+    return sp.nan
+
+
+def _one_sided(expr, var, c, t):
+    """lim expr(x) as x -> c from the side of t (expr: one smooth piece)."""
+    val = expr.subs(var, c)
+    if not val.is_finite:
+        val = sp.limit(expr, var, c, "+" if t > c else "-")
+    return val
+
+
+@functools.lru_cache(maxsize=1024)
+def pieces(f: sp.Lambda) -> Pieces:
+    """Breakpoints and jumps of the one-variable integrand ``Lambda(x, f(x))``.
+
+    Raises ValueError (naming ``activation``) for functions whose
+    breakpoints cannot be located (floor, Mod, DiracDelta, a condition whose
+    solution set is infinite, ...).
+    """
+    (var,) = f.variables
+    expr = piecewise_form(f.expr, var)
+    bad = [a for a in expr.atoms(sp.Function) if isinstance(a, _UNSUPPORTED)]
+    if bad:
+        raise ValueError(f"activation: {bad[0].func.__name__} in {f.expr} is not supported (its kinks or "
+                         "jumps cannot be located, or it is a delta function)")
+    cuts = set()
+    for rel in expr.atoms(sp.core.relational.Relational):
+        cuts.update(_roots(rel.lhs - rel.rhs, var, f.expr))
+    cuts = sorted(cuts, key=float)
+    d1 = sp.diff(expr, var)
+    j0, j1 = [], []
+    for i, c in enumerate(cuts):
+        lo = (cuts[i - 1] + c) / 2 if i else c - 1
+        hi = (cuts[i + 1] + c) / 2 if i + 1 < len(cuts) else c + 1
+        jumps = []
+        for g in (expr, d1):
+            right = _one_sided(_piece_at(g, var, hi), var, c, hi)
+            left = _one_sided(_piece_at(g, var, lo), var, c, lo)
+            jumps.append(sp.simplify(right - left))
+        j0.append(jumps[0])
+        j1.append(jumps[1])
+    return Pieces(var, expr, tuple(cuts), tuple(j0), tuple(j1))
+
+
+def two_point_cuts(f: sp.Lambda) -> tuple:
+    """Breakpoints (floats) of a two-variable integrand in each variable: (cuts_u, cuts_v).
+
+    Conditions that mix both variables are not located (refinement handles them)."""
+    a, b = f.variables
+    expr = piecewise_form(piecewise_form(f.expr, a), b)
+    out = ([], [])
+    for rel in expr.atoms(sp.core.relational.Relational):
+        d = rel.lhs - rel.rhs
+        for i, (v, w) in enumerate(((a, b), (b, a))):
+            if d.has(v) and not d.has(w):
+                out[i].extend(float(r) for r in _roots(d, v, f.expr))
+    return tuple(sorted(set(out[0]))), tuple(sorted(set(out[1])))
+
+
+def breakpoints(f) -> tuple:
+    """Sorted real breakpoints (floats) of a sympy integrand (Lambda or expression in x)."""
+    return pieces(_as_lambda(f, 1)).float_cuts
+
+
+def expect_dK(f, K, cuts=()):
+    """d/dK E[f(h)], h ~ N(0, K), on the Gaussian weight: E[f(h) (h^2 - K)] / (2 K^2).
+
+    Needs no derivative of f, so it is exact for kinked or jumping f; it is
+    the independent check of the Price-theorem derivative with jump terms
+    that :class:`GaussianExpectation` uses. The integrand cancels at small K
+    (E[f(0)(h^2 - K)] = 0): the absolute error is ~1e-16 E|f| / K.
+    """
+    K = np.asarray(K, dtype=np.float64)
+    out = np.empty(K.size)
+    for i, k in enumerate(K.ravel()):
+        out[i] = quad1(lambda h, k=k: f(h) * (h * h - k), np.sqrt(k), cuts)[0] / (2 * k * k)
+    return out.reshape(K.shape)
+
+
+# ---------------------------------------------------------------------------
 # mpmath references (the tests' independent route).
 # ---------------------------------------------------------------------------
-def mp_expect(f, K, dps: int = 40):
+def mp_expect(f, K, dps: int = 40, cuts=()):
     """E[f(h)], h ~ N(0, K), by mpmath tanh-sinh quadrature at ``dps`` digits.
 
     ``f`` takes and returns mpmath numbers. The integration range is split at
     0 and at the scales 1 and sqrt(K) where activations and the Gaussian
-    change, which keeps mpmath's adaptive rule honest at extreme K.
+    change, and at the breakpoints ``cuts`` of f (kinks, jumps), which keeps
+    mpmath's adaptive rule honest at extreme K.
     """
     with mp.workdps(dps):
         K = mp.mpf(K)
@@ -312,11 +660,13 @@ def mp_expect(f, K, dps: int = 40):
             return f(mp.mpf(0))
         s = mp.sqrt(K)
         norm = 1 / mp.sqrt(2 * mp.pi * K)
+        user_cuts = [sp.Float(c, dps + 5) if isinstance(c, sp.Basic) else c for c in cuts]
         cuts = {mp.mpf(0)}
         for c in (1, 3, 10, 30):
             cuts.update({mp.mpf(c), -mp.mpf(c)})
         for c in (1, 4, 8, 12):
             cuts.update({c * s, -c * s})
+        cuts.update(mp.mpf(c) for c in user_cuts)
         pts = [-mp.inf] + sorted(c for c in cuts if abs(c) <= 40 * s) + [mp.inf]
 
         def g(h):
@@ -378,7 +728,9 @@ class GaussianExpectation(sp.Function):
     ``GaussianExpectation(Lambda(x, f(x)), K)``. Polynomials in x are
     evaluated exactly; anything else stays unevaluated and is computed by
     quadrature when a number is needed. ``diff(., K)`` follows Price's theorem
-    :math:`\partial_K E[f] = \tfrac12 E[f'']`.
+    :math:`\partial_K E[f] = \tfrac12 E[f'']` in the weak sense: the pieces'
+    second derivative plus (J1 + J0 c / K) p_K(c) / 2 at each breakpoint c
+    where f jumps by J0 and f' by J1 (p_K the N(0, K) density).
     """
 
     nargs = 2
@@ -402,8 +754,17 @@ class GaussianExpectation(sp.Function):
         f, K = self.args
         if argindex != 2:
             raise sp.ArgumentIndexError(self, argindex)
-        (var,) = f.variables
-        return GaussianExpectation(sp.Lambda(var, sp.diff(f.expr, var, 2) / 2), K)
+        # Price's theorem in the weak sense: f'' is the piecewise second
+        # derivative plus delta terms at the breakpoints c, where f' jumps by
+        # J1 and f by J0; E[delta(h - c)] = p(c) and E[delta'(h - c)] = c p(c) / K
+        # with p the N(0, K) density. Exact for kinked and jumping f.
+        info = pieces(f)
+        var = info.var
+        out = GaussianExpectation(sp.Lambda(var, sp.diff(info.expr, var, 2) / 2), K)
+        for c, j0, j1 in zip(info.cuts, info.jump0, info.jump1):
+            if j0 != 0 or j1 != 0:
+                out += (j1 + j0 * c / K) * sp.exp(-c**2 / (2 * K)) / (2 * sp.sqrt(2 * sp.pi * K))
+        return out
 
     def _eval_evalf(self, prec):
         f, K = self.args
@@ -413,7 +774,7 @@ class GaussianExpectation(sp.Function):
         (var,) = f.variables
         fm = sp.lambdify(var, f.expr, modules="mpmath")
         dps = max(15, mp.libmp.prec_to_dps(prec))
-        return sp.Float(mp_expect(fm, Kval, dps=dps + 5), dps)
+        return sp.Float(mp_expect(fm, Kval, dps=dps + 5, cuts=pieces(f).cuts), dps)
 
     def _latex(self, printer):
         f, K = self.args
@@ -450,14 +811,39 @@ class GaussianExpectation2(sp.Function):
     def fdiff(self, argindex=4):
         f, K1, K2, K12 = self.args
         a, b = f.variables
-        if argindex == 2:
-            g = sp.diff(f.expr, a, 2) / 2
-        elif argindex == 3:
-            g = sp.diff(f.expr, b, 2) / 2
-        elif argindex == 4:
-            g = sp.diff(f.expr, a, b)
-        else:
+        if argindex not in (2, 3, 4):
             raise sp.ArgumentIndexError(self, argindex)
+        # The package's two-point integrands are products fa(u) fb(v); their
+        # factors are differentiated piece by piece, which equals the weak
+        # derivative only where the factor (and, for a second derivative, its
+        # first derivative) does not jump.
+        parts = sp.Mul.make_args(f.expr)
+        fa = sp.Mul(*[p for p in parts if not p.has(b)])
+        fb = sp.Mul(*[p for p in parts if p.has(b)])
+
+        def smooth(e, var, order):
+            if not e.has(sp.Piecewise, *KINKED_FUNCTIONS):
+                return True
+            info = pieces(sp.Lambda(var, e))
+            js = info.jump0 + (info.jump1 if order == 2 else ())
+            return all(sp.simplify(j) == 0 for j in js)
+
+        if fb.has(a):
+            ok = not f.expr.has(sp.Piecewise, *KINKED_FUNCTIONS)
+            g = {2: sp.diff(f.expr, a, 2) / 2, 3: sp.diff(f.expr, b, 2) / 2, 4: sp.diff(f.expr, a, b)}[argindex]
+        else:
+            fa, fb = piecewise_form(fa, a), piecewise_form(fb, b)
+            if argindex == 2:
+                ok, g = smooth(fa, a, 2), sp.diff(fa, a, 2) / 2 * fb
+            elif argindex == 3:
+                ok, g = smooth(fb, b, 2), fa * sp.diff(fb, b, 2) / 2
+            else:
+                ok, g = smooth(fa, a, 1) and smooth(fb, b, 1), sp.diff(fa, a) * sp.diff(fb, b)
+        if not ok:
+            # the weak derivative has delta terms on a line (u = c or v = c),
+            # i.e. a conditional expectation the two-point rule does not carry:
+            # refuse with NaN, which the solvers report, rather than drop them
+            return sp.nan
         return GaussianExpectation2(sp.Lambda((a, b), g), K1, K2, K12)
 
     def _eval_evalf(self, prec):

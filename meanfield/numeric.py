@@ -18,11 +18,13 @@ cfunc as a first-class function argument, so they are compiled once for
 all architectures.
 
 Unevaluated Gaussian expectations (activations without closed forms) become
-calls to numba quadratures over the exp-sinh rule of
-:mod:`meanfield.gaussian` (``RULE_U``, ``RULE_W``):
-``E[f(h)] = sum_i w_i [f(s u_i) + f(-s u_i)]`` with ``s = sqrt(K)``, and the
-nested rule of :func:`meanfield.gaussian.expect2` for two-point
-expectations. The activation body ``f`` is compiled to its own njit function.
+calls to the quadrature engine of :mod:`meanfield.gaussian` (its source,
+``QUAD1_SOURCE``, is pasted into the generated module with the integrand
+compiled in, so numba and numpy run one rule: piecewise exp-sinh/tanh-sinh,
+split at the integrand's breakpoints, refined until its error estimate
+passes, NaN if it never does), and to the nested rule of
+:func:`meanfield.gaussian.expect2` for two-point expectations. Integrand
+bodies are rewritten to avoid float64 overflow (a stable softplus).
 
 Caching
 -------
@@ -56,7 +58,8 @@ from sympy.printing.pycode import PythonCodePrinter
 
 from . import symbols as S
 from .calculus import Architecture, as_architecture
-from .gaussian import GaussianExpectation, GaussianExpectation2, RULE_U, RULE_W
+from .gaussian import (GaussianExpectation, GaussianExpectation2, QUAD1_SOURCE, QUAD_ES_T, QUAD_MAX_LEVEL,
+                       QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, _TOL_BASE, _TOL_REFINED, pieces)
 from .symbolic import recursion
 
 __all__ = ["W", "T", "ARGS", "FUNCTIONS", "CompiledRecursion", "compiled", "generate_source",
@@ -151,7 +154,7 @@ class _Gen:
 
     def _body(self, name, variables, expr):
         sub = {v: sp.Symbol(f"_v{i}") for i, v in enumerate(variables)}
-        code = self.doprint(sp.sympify(expr).subs(sub))
+        code = self.doprint(_stable(sp.sympify(expr).subs(sub)))
         self.lines += [f"@{_JIT}", f"def {name}({', '.join(str(s) for s in sub.values())}):",
                        f"    return {code}", ""]
 
@@ -161,7 +164,8 @@ class _Gen:
 
     def doprint(self, expr) -> str:
         """Python/math source of ``expr``; ValueError for anything numba cannot run."""
-        unknown = [f for f in expr.atoms(AppliedUndef) if not f.func.__name__.startswith(("_E1_", "_E2_"))]
+        unknown = [f for f in expr.atoms(AppliedUndef)
+                   if not f.func.__name__.startswith(("_E1_", "_E2_", "_softplus"))]
         if unknown or expr.has(sp.Derivative, sp.Integral):
             bad = unknown or list(expr.atoms(sp.Derivative, sp.Integral))
             raise ValueError(f"cannot compile {expr} to numba: undefined or unevaluated {bad[0]} "
@@ -178,15 +182,29 @@ class _Gen:
         if key not in self.one:
             i = len(self.one)
             fname, qname = f"_f1_{i}", f"_E1_{i}"
-            self._body(fname, f.variables, f.expr)
+            info = pieces(f)
+            self._body(fname, f.variables, info.expr)
+            cuts = ", ".join(repr(c) for c in info.float_cuts)
+            # the engine of meanfield.gaussian, with the integrand compiled in
+            engine = QUAD1_SOURCE[QUAD1_SOURCE.index("def _quad1_scalar("):QUAD1_SOURCE.index("def _segment(")]
+            engine = engine.replace("def _quad1_scalar(", f"def _quad1_{i}(").replace("cuts, F_,", "cuts,")
+            engine = engine.replace("F_(", f"{fname}(")
             self.lines += [
+                f"_CUTS_{i} = np.array([{cuts}], dtype=np.float64)",
+                "",
+                f"@{_JIT}",
+                engine.strip(),
+                "",
+                "",
                 f"@{_JIT}",
                 f"def {qname}(K):",
-                "    s = math.sqrt(K)",
-                "    acc = 0.0",
-                "    for i in range(_NQ):",
-                f"        acc += _RW[i] * ({fname}(s * _RU[i]) + {fname}(-s * _RU[i]))",
-                "    return acc",
+                "    if not K >= 0.0:",
+                "        return math.nan",
+                f"    val, scale, delta, ok = _quad1_{i}(math.sqrt(K), _CUTS_{i}, {QUAD_STEP!r}, "
+                f"{QUAD_ES_T[0]!r}, {QUAD_ES_T[1]!r}, {QUAD_TS_T!r}, {QUAD_ZMAX!r}, {QUAD_MAX_LEVEL!r}, "
+                f"{_TOL_BASE!r}, {_TOL_REFINED!r})",
+                "    # not converged at the finest level: NaN, which the solvers report",
+                "    return val if ok else math.nan",
                 "",
             ]
             self.one[key] = qname
@@ -245,6 +263,42 @@ class _Gen:
         self.lines += out
 
 
+_softplus = sp.Function("_softplus")
+
+
+def _stable(expr):
+    """Rewrite ``expr`` so that float64 evaluation does not overflow where the value is finite.
+
+    log(1 + exp(a)) becomes the softplus helper, (1 + exp(a))^n becomes
+    exp(n softplus(a)), and products of exponentials are merged into one,
+    so softplus, SiLU and their derivatives stay finite at |h| ~ 1e3 - 1e4,
+    where large K puts the quadrature nodes (the numpy path recomputes such
+    values with mpmath instead; see meanfield.gaussian.numpy_function).
+    """
+    def one_plus_exp(e):
+        if isinstance(e, sp.Add) and len(e.args) == 2 and sp.S.One in e.args:
+            other = e.args[0] if e.args[1] == 1 else e.args[1]
+            if isinstance(other, sp.exp):
+                return other.args[0]
+        return None
+
+    def rule(e):
+        if isinstance(e, sp.log):
+            a = one_plus_exp(e.args[0])
+            if a is not None:
+                return _softplus(a)
+        if isinstance(e, sp.Pow):
+            a = one_plus_exp(e.base)
+            if a is not None:
+                return sp.exp(e.exp * _softplus(a))
+        return e
+
+    if not expr.has(sp.exp):
+        return expr
+    out = expr.replace(lambda e: isinstance(e, (sp.log, sp.Pow)), rule)
+    return sp.powsimp(out, combine="exp")
+
+
 def _rule_digest() -> str:
     h = hashlib.sha256()
     h.update(np.ascontiguousarray(RULE_U).tobytes())
@@ -272,7 +326,23 @@ def generate_source(arch) -> str:
         f"# numba {numba.__version__}; python {sys.version.split()[0]}; rule {_rule_digest()}",
         "import math",
         "from numba import cfunc, njit, types",
+        "import numpy as np",
         "from meanfield.gaussian import RULE_U as _RU, RULE_W as _RW",
+        "",
+        "",
+        "# the node generators of the engine (meanfield.gaussian.QUAD1_SOURCE)",
+    ]
+    engine = QUAD1_SOURCE[:QUAD1_SOURCE.index("def _quad1_scalar(")].strip().split("\n")
+    header += [f"@{_JIT}" + "\n" + line if line.startswith("def ") else line for line in engine]
+    header += [
+        "",
+        "",
+        f"@{_JIT}",
+        "def _softplus(a):",
+        "    # log(1 + exp(a)) without overflow",
+        "    if a > 0.0:",
+        "        return a + math.log1p(math.exp(-a))",
+        "    return math.log1p(math.exp(a))",
         "",
         "_NQ = _RU.shape[0]",
         "_SIG = types.float64(types.int64, *([types.float64] * 6))",

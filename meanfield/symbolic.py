@@ -26,7 +26,7 @@ import sympy as sp
 from . import symbols as S
 from ._validate import check_finite_array, check_nonnegative, check_positive, check_real
 from .calculus import Architecture, Signal, as_architecture
-from .gaussian import GaussianExpectation, GaussianExpectation2, expect, expect2, numpy_function
+from .gaussian import GaussianExpectation, GaussianExpectation2, expect, expect2, numpy_function, pieces, two_point_cuts
 
 __all__ = ["Recursion", "RecursionValues", "KernelSeries", "recursion", "lambdify"]
 
@@ -300,9 +300,11 @@ def _numeric_expectations(exprs):
             name = f"_mf_E{len(names)}"
             g = numpy_function(lam)
             if isinstance(node, GaussianExpectation2):
-                namespace[name] = lambda K1, K2, K12, g=g: expect2(g, K1, K2, K12)
+                cuts = two_point_cuts(lam)
+                namespace[name] = lambda K1, K2, K12, g=g, cuts=cuts: expect2(g, K1, K2, K12, cuts)
             else:
-                namespace[name] = lambda K, g=g: expect(g, K)
+                cuts = pieces(lam).float_cuts
+                namespace[name] = lambda K, g=g, cuts=cuts: expect(g, K, cuts)
             names[key] = sp.Function(name)
         return names[key](*kargs)
 

@@ -485,7 +485,7 @@ def _derivatives(arch: Architecture, order: int):
     import sympy as sp
 
     from .. import symbols as S
-    from ..gaussian import mp_expect, mp_expect2
+    from ..gaussian import mp_expect, mp_expect2, pieces
     from ..symbolic import recursion
 
     from sympy.utilities.lambdify import implemented_function
@@ -500,7 +500,8 @@ def _derivatives(arch: Architecture, order: int):
         repl = {}
         for i, ge in enumerate(e.atoms(GaussianExpectation)):
             f = sp.lambdify(ge.args[0].variables, ge.args[0].expr, modules="mpmath")
-            fn = implemented_function(f"_mf_ge{i}", lambda K, f=f: mp_expect(f, K, dps=30))
+            cuts = pieces(ge.args[0]).cuts  # kinks of user activations: split mpmath's quadrature there
+            fn = implemented_function(f"_mf_ge{i}", lambda K, f=f, cuts=cuts: mp_expect(f, K, dps=30, cuts=cuts))
             repl[ge] = fn(ge.args[1])
         for i, ge in enumerate(e.atoms(GaussianExpectation2)):
             f = sp.lambdify(ge.args[0].variables, ge.args[0].expr, modules="mpmath")

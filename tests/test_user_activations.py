@@ -1,0 +1,262 @@
+"""User (sympy) activations and quadrature activations: right to a stated accuracy, or refused.
+
+References are computed here with mpmath at 30 digits (mp.quad split at the
+breakpoints this file names itself), with exact formulas (sin at large K),
+or with finite differences; none is taken from the code under test.
+The accuracy table in docs/howto.md ("Accuracy of quadrature activations")
+is what these tests pin.
+"""
+import math
+
+import mpmath as mp
+import numpy as np
+import pytest
+import sympy as sp
+
+import meanfield as mf
+from meanfield.activations import ScaleInvariant, UserActivation, activation
+from meanfield.gaussian import expect, expect_dK, numpy_function, pieces
+from meanfield.symbols import x
+
+LAM, ALPHA = 1.0507009873554804934193349852946, 1.6732632423543772848170429916717
+SELU = sp.Piecewise((LAM * x, x > 0), (LAM * ALPHA * (sp.exp(x) - 1), True))
+ELU = sp.Piecewise((x, x > 0), (sp.exp(x) - 1, True))
+# continuous, with a jump in phi' at x = 1/2 (slope 1 -> 3)
+KINK_JUMP = sp.Piecewise((sp.tanh(x), x < sp.Rational(1, 2)),
+                         (sp.tanh(sp.Rational(1, 2)) + 3 * (x - sp.Rational(1, 2)), True))
+
+# name, expression, breakpoints (written here, not taken from the code)
+CASES = [
+    ("Max(x,0)", sp.Max(x, 0), [0]),
+    ("Max(x-1,0)", sp.Max(x - 1, 0), [1]),
+    ("SELU", SELU, [0]),
+    ("ELU", ELU, [0]),
+    ("kink", KINK_JUMP, [0.5]),
+    ("softplus", sp.log(1 + sp.exp(x)), []),
+    ("silu", x / (1 + sp.exp(-x)), []),
+    ("tanh", sp.tanh(x), []),
+]
+KS = [1e-6, 1e-3, 1.0, 1e3, 1e6]
+
+
+def mp_gauss(f, K, cuts=(), dps=30):
+    """E[f(h)], h ~ N(0, K), with mpmath, split at 0, the cuts and the scales 1, sqrt(K)."""
+    with mp.workdps(dps):
+        K = mp.mpf(K)
+        s = mp.sqrt(K)
+        pts = {mp.mpf(0)}
+        for c in list(cuts) + [1, 5, 20]:
+            pts.update({mp.mpf(c), -mp.mpf(c)} if c in (1, 5, 20) else {mp.mpf(c)})
+        for c in (1, 3, 8, 16):
+            pts.update({c * s, -c * s})
+        for c in cuts:  # the Gaussian decays on the scale K / |c| beyond a cut far out
+            if c != 0:
+                pts.update(mp.mpf(c) + mp.sign(c) * j * K / abs(mp.mpf(c)) for j in (0.25, 1, 4, 16, 64))
+        pts = [-mp.inf] + sorted(p for p in pts if abs(p) <= 40 * s) + [mp.inf]
+        return mp.quad(lambda h: f(h) * mp.exp(-h * h / (2 * K)), pts) / mp.sqrt(2 * mp.pi * K)
+
+
+def _mp(e):
+    return sp.lambdify(x, e, modules="mpmath")
+
+
+def _pw_diff(e):
+    """phi' of a Piecewise/Max expression, piece by piece (what a mathematician writes)."""
+    e = sp.piecewise_fold(e.rewrite(sp.Piecewise)) if e.has(sp.Max) else e
+    return sp.diff(e, x)
+
+
+def _check(got, ref, tol, what):
+    ref = float(ref)
+    if abs(ref) < 1e-290:  # underflows in float64
+        assert abs(got) < 1e-290, what
+        return
+    assert abs(got - ref) <= tol * abs(ref), f"{what}: got {got!r}, mpmath {ref!r}, rel {abs(got - ref) / abs(ref):.2e}"
+
+
+@pytest.mark.parametrize("name,expr,cuts", CASES, ids=[c[0] for c in CASES])
+def test_moments_match_mpmath_over_K_range(name, expr, cuts):
+    """E[phi^2] and E[phi'^2] to 1e-10 relative for K in [1e-6, 1e6] (the numpy engine)."""
+    d = _pw_diff(expr)
+    for label, e in (("E[phi^2]", expr**2), ("E[phi'^2]", d**2)):
+        g = numpy_function(sp.Lambda(x, e))
+        fm = _mp(e)
+        for K in KS:
+            if any(abs(c) / math.sqrt(K) > 20 for c in cuts):
+                continue  # the mass sits e^-200 deep in the tail: see the closed-form test below
+            got = float(expect(g, K, cuts))
+            _check(got, mp_gauss(fm, K, cuts), 1e-10, f"{name} {label} K={K}")
+
+
+def test_shifted_kink_closed_form_small_K():
+    """E[Max(h-1,0)^2] = K[(1 + a^2) Q(a) - a phi(a)], a = 1/sqrt(K): deep in the tail (1e-225 at K = 1e-3)."""
+    g = numpy_function(sp.Lambda(x, sp.Max(x - 1, 0) ** 2))
+    for K in (1e-3, 1e-2, 0.1, 1.0, 100.0):
+        with mp.workdps(40):
+            a = 1 / mp.sqrt(K)
+            ref = K * ((1 + a * a) * mp.erfc(a / mp.sqrt(2)) / 2 - a * mp.npdf(a))
+        _check(float(expect(g, K, [1.0])), ref, 1e-12, f"K={K}")
+
+
+def test_sin_at_large_K_is_exact():
+    """E[sin(h)^2] = (1 - exp(-2K)) / 2: oscillating integrand, refined up to K = 1e6."""
+    g = numpy_function(sp.Lambda(x, sp.sin(x) ** 2))
+    Ks = np.array([1.0, 100.0, 1e3, 1e4, 1e5, 1e6])
+    got = expect(g, Ks)
+    exact = -np.expm1(-2 * Ks) / 2
+    assert np.max(np.abs(got - exact) / exact) < 1e-10
+
+
+def test_breakpoints_and_jumps_found():
+    assert pieces(sp.Lambda(x, sp.Max(x - 1, 0))).float_cuts == (1.0,)
+    info = pieces(sp.Lambda(x, SELU))
+    assert info.float_cuts == (0.0,) and info.jump0 == (0,)
+    assert abs(float(info.jump1[0]) - LAM * (1 - ALPHA)) < 1e-12
+    assert pieces(sp.Lambda(x, sp.sign(x - 2))).jump0 == (2,)
+    assert pieces(sp.Lambda(x, sp.Min(sp.Max(x, -1), 1))).float_cuts == (-1.0, 1.0)
+
+
+# ---------------------------------------------------------------------------
+# K-derivatives: Price's theorem with jump terms vs the Gaussian-weight form vs FD.
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name,expr,cuts", [c for c in CASES if c[0] in ("SELU", "ELU", "kink", "Max(x-1,0)")],
+                         ids=["Max(x-1,0)", "SELU", "ELU", "kink"])
+def test_dK_of_derivative_moment_three_ways(name, expr, cuts):
+    """d/dK E[phi'^2]: symbolic (Price + jumps), weight form E[g (h^2-K)]/(2K^2), finite difference."""
+    g = _pw_diff(expr) ** 2
+    Ksym = sp.Symbol("K", positive=True)
+    from meanfield.gaussian import GaussianExpectation
+    dE = sp.diff(GaussianExpectation(sp.Lambda(x, g), Ksym), Ksym)
+    import meanfield.symbolic as msym
+    f = msym.lambdify([Ksym], dE)
+    gn = numpy_function(sp.Lambda(x, g))
+    gm = _mp(g)
+    for K in (0.3, 1.0, 4.0):
+        price = float(f(K))
+        weight = float(expect_dK(gn, K, cuts))
+        with mp.workdps(30):
+            h = mp.mpf(K) * mp.mpf("1e-8")
+            fd = (mp_gauss(gm, K + h, cuts) - mp_gauss(gm, K - h, cuts)) / (2 * h)
+        assert abs(price - float(fd)) < 1e-9 * max(1.0, abs(float(fd))), (name, K, price, fd)
+        assert abs(weight - price) < 1e-9 * max(1.0, abs(price)), (name, K, weight, price)
+
+
+def test_selu_like_chi_delta_matches_finite_difference_compiled():
+    """The issue's case: (sigma_w, sigma_b, K) = (1, 0, 1), chi_Delta and d chi_J/dK = -0.1939, not +1.04."""
+    import meanfield.numeric as num
+
+    mod = num.compiled(activation=SELU).module
+    chi = lambda k: mod.chi_J(k, 0.0, 1.0, 0.0, 0.0, 0.0)  # noqa: E731
+    gm = _mp(_pw_diff(SELU) ** 2)
+    with mp.workdps(30):
+        fd = float((mp_gauss(gm, 1 + mp.mpf("1e-8"), [0]) - mp_gauss(gm, 1 - mp.mpf("1e-8"), [0])) / mp.mpf("2e-8"))
+    assert abs(fd + 0.19391857726665) < 1e-9
+    assert abs(mod.dchiJ_dK(1.0, 0.0, 1.0, 0.0, 0.0, 0.0) - fd) < 1e-9
+    assert abs(mod.chi_Delta(1.0, 0.0, 1.0, 0.0, 0.0, 0.0) - fd) < 1e-9
+    # and the compiled moments agree with mpmath (same engine as numpy)
+    for K in (1e-4, 1.0, 1e4):
+        _check(mod.chi_J(K, 0.0, 1.0, 0.0, 0.0, 0.0), mp_gauss(gm, K, [0]), 1e-10, f"compiled chi_J K={K}")
+        _check(mod.kernel(K, 0.0, 1.0, 0.0, 0.0, 0.0), mp_gauss(_mp(SELU**2), K, [0]), 1e-10, f"kernel K={K}")
+    assert abs((chi(1.0 + 1e-6) - chi(1.0 - 1e-6)) / 2e-6 - fd) < 1e-6
+
+
+# ---------------------------------------------------------------------------
+# Built-ins recognised; refusals.
+# ---------------------------------------------------------------------------
+def test_max_is_relu_and_abs_is_abs():
+    t = sp.Symbol("t")
+    a = activation(sp.Max(t, 0))
+    assert isinstance(a, ScaleInvariant) and (a.a_plus, a.a_minus) == (1, 0)
+    assert isinstance(activation(sp.Abs(t)), ScaleInvariant) and activation(sp.Abs(t)).a_minus == -1
+    assert activation(t / 2 * (1 + sp.erf(t / sp.sqrt(2)))).name == "gelu"
+    assert abs(mf.chi_J(activation=sp.Max(t, 0), sigma_w=1, sigma_b=0) - 0.5) < 1e-12
+    assert abs(mf.chi_J(activation=sp.Max(t, 0), sigma_w=1.3, sigma_b=0.2)
+               - mf.chi_J(activation="relu", sigma_w=1.3, sigma_b=0.2)) < 1e-12
+
+
+@pytest.mark.parametrize("expr", [sp.sqrt(x), sp.I * x, 1 / x, sp.log(x), x ** sp.Rational(1, 3), sp.floor(x),
+                                  sp.DiracDelta(x), 1 / (x - 2) ** 2])
+def test_refused_expressions(expr):
+    with pytest.raises(ValueError, match="activation"):
+        activation(expr)
+
+
+@pytest.mark.parametrize("expr", [sp.Heaviside(x), sp.sign(x), sp.Heaviside(x - 1)])
+def test_jump_refused_where_chi_J_needs_phi_prime_squared(expr):
+    a = activation(expr)
+    assert isinstance(a, UserActivation)
+    with pytest.raises(ValueError, match="activation.*delta"):
+        a.derivative_second_moment(1.0)
+    with pytest.raises(ValueError, match="activation"):
+        mf.recursion(activation=expr)
+
+
+# ---------------------------------------------------------------------------
+# Large K through the compiled solvers.
+# ---------------------------------------------------------------------------
+def test_sin_fixed_point_large_sigma_w():
+    """K* = sigma_w^2 E[sin^2] = sigma_w^2 (1 - e^{-2K*}) / 2 = 450 at sigma_w = 30 (was 453.5)."""
+    t = sp.Symbol("t")
+    got = mf.fixed_point(activation=sp.sin(t), sigma_w=30)
+    assert abs(got - 450.0) < 1e-9 * 450
+
+
+def test_softplus_kernel_profile_large_K_finite_and_right():
+    """softplus at (1.6, 0.5): K grows past 400 (was NaN at layer 13); check layers against mpmath."""
+    prof = mf.kernel_profile(activation="softplus", sigma_w=1.6, sigma_b=0.5, depth=20)
+    K = np.asarray(prof.K)
+    assert np.all(np.isfinite(K)) and K[-1] > 400
+    sp_mp = lambda h: mp.log1p(mp.exp(h)) ** 2  # noqa: E731
+    for l in (12, len(K) - 2):
+        ref = 1.6**2 * mp_gauss(sp_mp, K[l]) + 0.25
+        assert abs(K[l + 1] - float(ref)) < 1e-10 * float(ref)
+    # chi_J = 1.6^2 E[sigmoid(h)^2] -> 1.28 as K -> inf (the limit, finite)
+    assert abs(mf.chi_J(activation="softplus", sigma_w=1.6, sigma_b=0.5) - 1.28) < 1e-9
+
+
+def test_numba_and_numpy_engines_agree():
+    """The compiled engine (_quad1_scalar, loops) and the numpy one (_quad1, arrays) are one rule."""
+    from numba import njit
+
+    from meanfield import gaussian as G
+
+    ns = {"np": np}
+    exec(G.QUAD1_SOURCE, ns)
+    for name in ("_seg_range", "_es_node", "_ts_node", "_breaks"):
+        ns[name] = njit(ns[name])
+    scalar = njit(ns["_quad1_scalar"])
+    consts = (G.QUAD_STEP, G.QUAD_ES_T[0], G.QUAD_ES_T[1], G.QUAD_TS_T, G.QUAD_ZMAX, G.QUAD_MAX_LEVEL,
+              G._TOL_BASE, G._TOL_REFINED)
+    cases = [
+        (njit(lambda h: np.tanh(h) ** 2), lambda h: np.tanh(h) ** 2, []),
+        (njit(lambda h: max(h - 1.0, 0.0) ** 2), lambda h: np.maximum(h - 1.0, 0.0) ** 2, [1.0]),
+        (njit(lambda h: np.sin(h) ** 2), lambda h: np.sin(h) ** 2, []),
+        (njit(lambda h: h if h > 0 else np.expm1(h)), lambda h: np.where(h > 0, h, np.expm1(h)), [0.0]),
+    ]
+    for fn, fv, cuts in cases:
+        c = np.asarray(cuts, dtype=np.float64)
+        for K in (1e-4, 0.7, 1e3):
+            a = scalar(math.sqrt(K), c, fn, *consts)
+            b = G.quad1(fv, math.sqrt(K), cuts)
+            assert a[3] and b[3]
+            assert abs(a[0] - b[0]) <= 1e-14 * a[1], (K, a, b)
+
+
+def test_two_point_kinks_away_from_zero():
+    """E[Max(u-1,0) Max(v-1,0)] at (K1, K2, K12) = (1, 1, 1/2): mpmath split at u = 1 and v = 1."""
+    from meanfield.gaussian import expect2, two_point_cuts
+
+    y = sp.Symbol("y")
+    lam = sp.Lambda((x, y), sp.Max(x - 1, 0) * sp.Max(y - 1, 0))
+    assert two_point_cuts(lam) == ((1.0,), (1.0,))
+    with mp.workdps(25):
+        rho = mp.mpf("0.5")
+        c = mp.sqrt(1 - rho**2)
+
+        def outer(z1):
+            k = (1 - rho * z1) / c
+            return (z1 - 1) * mp.npdf(z1) * mp.quad(lambda z2: (rho * z1 + c * z2 - 1) * mp.npdf(z2), [k, mp.inf])
+
+        ref = mp.quad(outer, [1, 2, 4, 8, mp.inf])
+    got = float(expect2(numpy_function(lam), 1.0, 1.0, 0.5, two_point_cuts(lam)))
+    assert abs(got - float(ref)) < 1e-12 * float(ref)
