@@ -366,6 +366,10 @@ def _check_user_expression(expr, info, name):
     from sympy.calculus.util import continuous_domain
 
     pw = info.expr
+    undefined = expr.atoms(sp.core.function.AppliedUndef)
+    if undefined:
+        raise ValueError(f"activation {name} uses undefined functions ({', '.join(sorted(map(str, undefined)))}), "
+                         "which cannot compile; write phi with elementary functions")
     if pw.has(sp.I, sp.zoo, sp.nan, sp.oo):
         raise ValueError(f"activation {name} is not a real function of a real variable")
     pieces_ = pw.args if isinstance(pw, sp.Piecewise) else ((pw, sp.true),)

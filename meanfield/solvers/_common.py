@@ -61,7 +61,8 @@ def variances(sigma_w, sigma_b):
 
 _WHY = {
     ST_MAXITER: "the iteration cap was reached without convergence",
-    ST_NAN: "the recursion produced NaN (a kernel outside the domain of the compiled expressions)",
+    ST_NAN: "the recursion produced NaN (a kernel outside the domain of the compiled expressions, "
+            "or a Gaussian quadrature that did not reach its accuracy there)",
     ST_UNDEFINED: "the recursion is 0/0 there (a normalisation of a zero signal)",
     ST_CYCLE: "the kernel map overshoots with chi_K < -1 at its fixed point, so the iteration "
               "oscillates and has no limit",
