@@ -114,8 +114,15 @@ def _execute(name, ksm):
 
 @pytest.fixture(scope="session")
 def run_notebook(tmp_path_factory):
-    """run_notebook(name) executes notebooks/<name>.ipynb once per session and caches the result."""
-    ksm = _kernel_spec_manager(tmp_path_factory.mktemp("jupyter"))
+    """run_notebook(name) executes notebooks/<name>.ipynb once per session and caches the result.
+
+    The kernels' connection files go to a temporary runtime directory (not the
+    user's ~/.local/share/jupyter/runtime), so a test run leaves none behind.
+    """
+    home = tmp_path_factory.mktemp("jupyter")
+    ksm = _kernel_spec_manager(home)
+    saved = os.environ.get("JUPYTER_RUNTIME_DIR")
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(home / "runtime")
     done = {}
 
     def run(name):
@@ -123,7 +130,13 @@ def run_notebook(tmp_path_factory):
             done[name] = _execute(name, ksm)
         return done[name]
 
-    return run
+    try:
+        yield run
+    finally:
+        if saved is None:
+            os.environ.pop("JUPYTER_RUNTIME_DIR", None)
+        else:
+            os.environ["JUPYTER_RUNTIME_DIR"] = saved
 
 
 def _number(pattern, text):
