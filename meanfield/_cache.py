@@ -147,6 +147,18 @@ def kernel_needs_compile(dispatcher) -> bool:
     return bool(index) and not os.path.exists(index)
 
 
+def kernels_cold(module) -> bool:
+    """True when none of ``module``'s cached kernels is compiled in this process or on disk."""
+    from numba.core import config
+
+    disp = [v for v in vars(module).values() if hasattr(v, "_cache") and hasattr(v, "signatures")]
+    if any(d.signatures for d in disp):
+        return False
+    if config.CACHE_DIR:
+        return all(kernel_needs_compile(d) for d in disp)
+    return not any(numba_cache_dir().glob(f"*/{module.__name__.rsplit('.', 1)[-1]}.*.nbi"))
+
+
 # ---------------------------------------------------------------------------
 # meanfield cache info / clear.
 # ---------------------------------------------------------------------------

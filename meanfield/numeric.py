@@ -333,7 +333,9 @@ def _load(arch: Architecture):
         from ._cache import _NOTICED, compile_notice
 
         what = f"the {arch.activation.name} recursion" + ("" if str(arch) == arch.activation.name else f" ({arch})")
-        if _kernels_cold(_kernels.profile):  # say it once: both compile now
+        from ._cache import kernels_cold
+
+        if kernels_cold(_kernels):  # say it once: both compile now
             compile_notice(f"{what} and the solver kernels", "20-60 s")
             _NOTICED.add("the solver kernels")
         else:
