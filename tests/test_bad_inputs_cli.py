@@ -250,6 +250,7 @@ def test_suite_row(argv, kind, needle, tmp_path):
     _check(_run(argv, tmp_path), kind, needle)
 
 
+@pytest.mark.slow  # three suite runs per row
 @pytest.mark.torch
 @pytest.mark.parametrize("content", ["null", "[]", '{"id": "tiny"}', '{"status": 3}', "{trunc", "DIR"])
 def test_broken_checkpoints_are_recomputed(content, tmp_path):

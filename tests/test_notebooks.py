@@ -191,6 +191,7 @@ def test_every_notebook_is_tested():
 # ---------------------------------------------------------------------------
 # critical_lines.ipynb (moved from tests/test_solvers_notebook.py)
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 def test_critical_lines_notebook(run_notebook):
     _, out, _ = run_notebook("critical_lines")
     err = _number(r"max relative difference from eq. 126: (\S+)", out)
@@ -209,6 +210,7 @@ def test_critical_lines_notebook(run_notebook):
 # ---------------------------------------------------------------------------
 # phase_diagrams.ipynb
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 def test_phase_diagrams_notebook(run_notebook):
     _, out, s = run_notebook("phase_diagrams")
     e2, ed2, em = _gelu_moments(1.0)
@@ -264,6 +266,7 @@ def test_phase_diagrams_notebook(run_notebook):
 # ---------------------------------------------------------------------------
 # critical_exponents.ipynb
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 @pytest.mark.torch
 @needs_torch
 def test_critical_exponents_notebook(run_notebook):
@@ -336,6 +339,7 @@ def test_critical_exponents_notebook(run_notebook):
 # ---------------------------------------------------------------------------
 # monte_carlo_verification.ipynb
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 @pytest.mark.torch
 @needs_torch
 def test_monte_carlo_verification_notebook(run_notebook):
@@ -386,6 +390,7 @@ def test_monte_carlo_verification_notebook(run_notebook):
 # ---------------------------------------------------------------------------
 # kernel_shaping.ipynb (moved from tests/test_shaping.py)
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 @pytest.mark.torch
 @needs_torch
 def test_kernel_shaping_notebook(run_notebook):
@@ -405,6 +410,7 @@ def test_kernel_shaping_notebook(run_notebook):
 # ---------------------------------------------------------------------------
 # autoinit.ipynb (checked through its printed output)
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 @pytest.mark.torch
 @needs_torch
 def test_autoinit_notebook(run_notebook):
