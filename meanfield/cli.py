@@ -300,8 +300,10 @@ def cmd_phase_diagram(args):
     for i, j in np.ndindex(pd.chi_J.shape):
         w.writerow([sw[i], sb[j], pd.K[i, j], pd.chi_J[i, j], pd.xi[i, j], names[i, j]])
     _write(paths["csv"], buf.getvalue())
+    from ._serialize import to_jsonable
+
+    _write(paths["json"], json.dumps(to_jsonable(pd), allow_nan=False))
     grid = _grid_data(pd, sw, sb, names)
-    _write(paths["json"], json.dumps(grid, allow_nan=False))
     try:
         _plot_phase_diagram(arch, sw, sb, pd, paths["figure"])
     except OSError as err:
