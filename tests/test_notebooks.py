@@ -84,6 +84,14 @@ def _execute(name, ksm):
         nbclient.NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, kernel_name="python3",
                                 resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     finally:
+        # nbclient does not shut down a kernel manager it was handed (it does not own it): stop the
+        # kernel here, which also deletes its connection file (/tmp/tmp*.json otherwise stays behind)
+        try:
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
+            km.cleanup_resources()
+        except Exception:  # pragma: no cover - best effort; the test result stands
+            pass
         # jupyter_client leaves zmq sockets for the garbage collector; collect
         # them here, where their ResourceWarning is harmless, rather than in
         # whichever later test happens to trigger a collection (tests that turn
