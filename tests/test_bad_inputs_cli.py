@@ -23,6 +23,10 @@ from pathlib import Path
 
 import pytest
 
+# ~90 subprocesses (each imports numpy and sympy): part of the full run (CI), not of `-m "not slow"`;
+# tests/test_cli.py keeps a few usage-error rows in the fast subset
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 300  # seconds per row; every row answers in seconds once the cache is warm
 
@@ -250,7 +254,6 @@ def test_suite_row(argv, kind, needle, tmp_path):
     _check(_run(argv, tmp_path), kind, needle)
 
 
-@pytest.mark.slow  # three suite runs per row
 @pytest.mark.torch
 @pytest.mark.parametrize("content", ["null", "[]", '{"id": "tiny"}', '{"status": 3}', "{trunc", "DIR"])
 def test_broken_checkpoints_are_recomputed(content, tmp_path):
