@@ -22,6 +22,7 @@ def run(*argv, check=True):
     return proc
 
 
+@pytest.mark.slow  # 16 subprocesses; tests/test_install.py checks the help text in-process
 def test_help_for_every_subcommand():
     top = run("--help")
     for name in SUBCOMMANDS:
