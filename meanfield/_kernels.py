@@ -25,6 +25,10 @@ import math
 import numpy as np
 from numba import njit
 
+from ._cache import install_locator
+
+install_locator()  # numba's cache of these kernels goes to meanfield's cache folder, never the package
+
 ST_OK = 0
 ST_INF = 1
 ST_MAXITER = 2

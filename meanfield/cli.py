@@ -2,10 +2,14 @@
 
 Every subcommand takes the same architecture options
 (``--activation gelu --norm ln_pre --mu 0.5``) and ``--json`` for
-machine-readable output. Usage errors print one line and exit with status 2.
+machine-readable output. A user never sees a traceback: a problem with what
+was typed prints one line on stderr and exits with status 2; a failure while
+running (a file that cannot be written, an output pipe closed early, an
+internal error) prints one line and exits with status 1
+(``MEANFIELD_DEBUG=1`` shows the traceback).
 
 Subcommands: recursion, critical-point, critical-line, exponents,
-phase-diagram, verify, autoinit.
+phase-diagram, verify, autoinit, cache.
 """
 from __future__ import annotations
 
@@ -13,18 +17,37 @@ import argparse
 import csv
 import io
 import json
+import math
+import os
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 
+from .plotting import FIGURE_FORMATS
+
 __all__ = ["main", "build_parser"]
 
 EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+GRID_HELP = ("'start:stop:count' (count evenly spaced values from start to stop, both included) "
+             "or a comma-separated list of values")
+
+EPILOG = ("Grids (--sigma-w, --sigma-b) are " + GRID_HELP + ", e.g. 0.5:3:11 or 1,1.5,2. "
+          "Exit status: 0 success; 1 a failure while running (a file that cannot be written, the output "
+          "closed early, a verification case failing); 2 a usage error (a bad option or value). Errors are "
+          "one line on stderr; MEANFIELD_DEBUG=1 shows tracebacks. The first use of an activation compiles "
+          "its recursions (one line on stderr says so); see 'meanfield cache info'.")
 
 
 class UsageError(Exception):
     """A problem with what the user typed: one line, exit status 2."""
+
+
+class RunError(Exception):
+    """A failure while running (e.g. an output file that cannot be written): one line, exit status 1."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,6 +75,18 @@ def _add_arch_options(p):
     g.add_argument("--stages", type=int, default=1, help="norm->phi->Dense stages per MLP block (default 1)")
 
 
+def _finite(text):
+    """argparse type: a finite float (nan and inf are refused with the option's name)."""
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError
+    return v
+
+
+_finite.__name__ = "finite number"
+
+
+
 def _add_json(p):
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -66,18 +101,25 @@ def _architecture(args):
     return as_architecture(**kw)
 
 
+MAX_GRID = 1_000_000
+
+
 def parse_grid(text: str, name: str) -> np.ndarray:
-    """'a:b:n' (n points from a to b) or 'v1,v2,...' -> float64 array."""
+    """'a:b:n' (n points from a to b, both included) or 'v1,v2,...' -> float64 array of finite values."""
     try:
         if ":" in text:
             a, b, n = text.split(":")
             n = int(n)
-            if n < 1:
+            if not 1 <= n <= MAX_GRID:
                 raise ValueError
-            return np.linspace(float(a), float(b), n)
-        return np.array([float(v) for v in text.split(",")], dtype=np.float64)
+            out = np.linspace(float(a), float(b), n)
+        else:
+            out = np.array([float(v) for v in text.split(",")], dtype=np.float64)
+        if out.size == 0 or not np.all(np.isfinite(out)):
+            raise ValueError
+        return out
     except ValueError:
-        raise UsageError(f"--{name} takes 'start:stop:count' or a comma-separated list of numbers, got {text!r}") \
+        raise UsageError(f"--{name} takes {GRID_HELP} (finite numbers, count 1..{MAX_GRID}), got {text!r}") \
             from None
 
 
@@ -115,12 +157,20 @@ def _g(v) -> str:
     return f"{float(v):.10g}"
 
 
+def _g0(v, scale=1.0) -> str:
+    """A value that should be zero but carries solver noise is shown as such (not as 2.83e-09)."""
+    v = float(v)
+    if v != 0 and math.isfinite(v) and abs(v) <= 1e-7 * max(abs(float(scale)), 1.0):
+        return f"0 (to solver precision; computed {v:.2g})"
+    return _g(v)
+
+
 def _text_critical_points(res) -> str:
     lines = [f"{res.architecture}: " + (
         "critical everywhere in the (sigma_w, sigma_b) plane" if res.everywhere_critical else
         f"{len(res.points)} critical point{'s' if len(res.points) != 1 else ''} (chi_J* = chi_K* = 1)")]
     for p in res.points:
-        lines.append(f"  sigma_w = {_g(p.sigma_w)}  sigma_b = {_g(p.sigma_b)}  K* = {_g(p.K_star)}  "
+        lines.append(f"  sigma_w = {_g(p.sigma_w)}  sigma_b = {_g0(p.sigma_b, p.sigma_w)}  K* = {_g0(p.K_star)}  "
                      f"({p.stability}); a unit-norm input reaches K = {_g(p.unit_input_reaches)}")
     if res.note:
         lines.append(f"  note: {res.note}")
@@ -157,7 +207,9 @@ def cmd_critical_line(args):
         return
     rows = [f"{line.architecture}: critical line (chi_J* = 1)", f"{'sigma_w':>14} {'sigma_b':>14} {'K*':>14}"]
     for a, b, k in zip(np.broadcast_to(sw_out, sb.shape), sb, np.broadcast_to(line.K_star, sb.shape)):
-        rows.append(f"{_g(a):>14} {_g(b):>14} {_g(k):>14}")
+        rows.append(f"{_g(a):>14} {_g0(b, a):>14} {_g0(k):>14}")
+    if np.any(np.isnan(sb)):
+        rows.append("nan: no critical line at that sigma_w")
     if line.note:
         rows.append(f"note: {line.note}")
     print("\n".join(rows))
@@ -168,60 +220,159 @@ def cmd_exponents(args):
 
     e = mf.exponents(_architecture(args), sigma_w=args.sigma_w, sigma_b=args.sigma_b)
     text = (f"{e.architecture} at sigma_w = {_g(e.sigma_w)}, sigma_b = {_g(e.sigma_b)}: {e.regime}\n"
-            f"  K* = {_g(e.K_star)}  chi_J* = {_g(e.chi_J)}  chi_K* = {_g(e.chi_K)}\n"
-            f"  zeta_K = {_g(e.zeta_K)} (numeric {_g(e.zeta_K_numeric)})   "
-            f"zeta = {_g(e.zeta)} (numeric {_g(e.zeta_numeric)}), J^(l0,l) ~ l^-zeta")
-    if e.c_tilde is not None:
+            f"  K* = {_g0(e.K_star)}  chi_J* = {_g(e.chi_J)}  chi_K* = {_g(e.chi_K)}")
+    if all(v is not None and math.isnan(v) for v in (e.zeta_K, e.zeta_K_numeric, e.zeta, e.zeta_numeric)):
+        text += "\n  zeta_K, zeta: none (no power law here; see the note)"
+    else:
+        text += (f"\n  zeta_K = {_g(e.zeta_K)} (numeric {_g(e.zeta_K_numeric)})   "
+                 f"zeta = {_g(e.zeta)} (numeric {_g(e.zeta_numeric)}), J^(l0,l) ~ l^-zeta"
+                 "  (nan: that exponent is not defined here)" * any(
+                     v is not None and math.isnan(v) for v in (e.zeta_K, e.zeta_K_numeric, e.zeta, e.zeta_numeric)))
+    # only a stretched exponential has c~ and lambda; elsewhere they are nan and not shown
+    if e.c_tilde is not None and math.isfinite(e.c_tilde):
         text += f"\n  stretched exponential: c~ = {_g(e.c_tilde)}, lambda = {_g(e.lambda_)}"
     if e.note:
         text += f"\n  note: {e.note}"
     _emit(args, e, text=text)
 
 
+#: extensions of --out that name a file type; anything else after a dot is part of the name
+_FIGURE_EXTS = FIGURE_FORMATS
+_OUT_EXTS = _FIGURE_EXTS + (".csv", ".json")
+
+
+def _out_prefix(text: str):
+    """--out PREFIX[.png|.pdf|.svg|.csv|.json] -> (prefix path, figure extension).
+
+    Only these known extensions are stripped: ``sweep_mu0.5`` is a prefix
+    (files sweep_mu0.5.png, .csv, .json), ``fig.pdf`` writes a PDF figure.
+    """
+    out = Path(text)
+    ext = out.suffix.lower()
+    if ext in _OUT_EXTS:
+        out = out.with_name(out.name[: -len(ext)])
+    if not out.name or out.name in (".", ".."):
+        raise UsageError(f"--out needs a file name prefix, got {text!r}")
+    return out, (ext if ext in _FIGURE_EXTS else ".png")
+
+
+def _check_writable(paths, option):
+    """Make the folder of each path (creating it) and check each file can be written, before any work."""
+    for path in paths:
+        folder = path.parent
+        try:
+            if folder.exists() and not folder.is_dir():
+                raise UsageError(f"{option}: {folder} is not a folder")
+            folder.mkdir(parents=True, exist_ok=True)
+            if path.is_dir():
+                raise UsageError(f"{option}: {path} is a folder, not a file")
+            existed = path.exists()
+            with open(path, "a"):
+                pass
+            if not existed:
+                path.unlink()
+        except OSError as err:
+            raise UsageError(f"{option}: cannot write {path} ({err.strerror or err})") from None
+
+
+def _write(path: Path, text: str):
+    try:
+        path.write_text(text)
+    except OSError as err:
+        raise RunError(f"cannot write {path} ({err.strerror or err})") from None
+
+
 def cmd_phase_diagram(args):
     import meanfield as mf
     from ._serialize import to_jsonable
-    from .plotting import FIGURE_FORMATS, plot_phase_diagram
+    from .plotting import plot_phase_diagram
 
     arch = _architecture(args)
     sw = parse_grid(args.sigma_w, "sigma-w")
     sb = parse_grid(args.sigma_b, "sigma-b")
-    pd = mf.phase_diagram(arch, sigma_w=sw, sigma_b=sb)
-    out = Path(args.out)
-    # a figure extension picks the format (pdf/svg/eps vector, png raster); anything else
-    # is a prefix, so dots in it (sweep_mu0.5) stay part of the name
-    if out.suffix.lower() in FIGURE_FORMATS:
-        figure, stem = out, out.with_suffix("")
-    else:
-        figure, stem = Path(str(out) + ".png"), out
-    csv_path, json_path = Path(str(stem) + ".csv"), Path(str(stem) + ".json")
-    figure.parent.mkdir(parents=True, exist_ok=True)
-    pd.save(csv_path)   # one row per grid point, phase by name (meanfield.PHASES)
-    json_path.write_text(json.dumps(to_jsonable(pd), allow_nan=False))
-    ax = plot_phase_diagram(pd, path=figure, dpi=args.dpi)
+    if not (math.isfinite(args.tol) and args.tol >= 0):
+        raise UsageError(f"--tol must be a finite number >= 0, got {args.tol}")
+    if args.dpi < 1:
+        raise UsageError(f"--dpi must be a positive integer, got {args.dpi}")
+    prefix, fig_ext = _out_prefix(args.out)
+    paths = {"figure": prefix.parent / (prefix.name + fig_ext), "csv": prefix.parent / (prefix.name + ".csv"),
+             "json": prefix.parent / (prefix.name + ".json")}
+    _check_writable(paths.values(), "--out")   # before the work, so none is lost
+    pd = mf.phase_diagram(arch, sigma_w=sw, sigma_b=sb, tol=args.tol)
+    try:
+        pd.save(paths["csv"])   # one row per grid point, the phase by name (meanfield.PHASES)
+        ax = plot_phase_diagram(pd, path=paths["figure"], dpi=args.dpi)
+    except OSError as err:
+        raise RunError(f"cannot write the phase diagram's files ({err.strerror or err})") from None
     import matplotlib.pyplot as plt
 
     plt.close(ax.figure)
-    summary = {"architecture": str(arch), "figure": str(figure), "csv": str(csv_path), "json": str(json_path),
-               "points": pd.counts()}
-    if figure.suffix.lower() == ".png":
-        summary["png"] = str(figure)
-    _emit(args, summary, text="\n".join(f"{k}: {v}" for k, v in summary.items()))
+    _write(paths["json"], json.dumps(to_jsonable(pd), allow_nan=False))
+    counts = pd.counts()
+    crossings = _line_crossings(pd.chi_J)
+    files = {k: str(v) for k, v in paths.items()}
+    if args.json:
+        print(json.dumps({"architecture": str(arch), "files": files, "points": counts, "tol": args.tol,
+                          "critical_line_crossings": crossings, **_grid_data(pd)}, indent=2, allow_nan=False))
+        return
+    rows = [f"{arch}: phase diagram on {len(sw)} x {len(sb)} points (sigma_w x sigma_b)",
+            f"  {'phase':<14} {'points':>7}"]
+    rows += [f"  {name:<14} {n:>7}" for name, n in counts.items()]
+    rows.append(f"  ('critical' counts grid points with |chi_J* - 1| <= {args.tol:g} (--tol); the critical line "
+                f"passes between {crossings} pairs of neighbouring points)")
+    rows += [f"{k}: {v}" for k, v in files.items()]
+    print("\n".join(rows))
+
+
+def _grid_data(pd) -> dict:
+    """The phase diagram's arrays as JSON-ready lists (NaN/inf as null), indexed [i_sigma_w][j_sigma_b]."""
+    def lst(a):
+        a = np.asarray(a, dtype=float)
+        return [[float(v) if math.isfinite(v) else None for v in row] for row in a]
+
+    return {"sigma_w": [float(v) for v in pd.sigma_w], "sigma_b": [float(v) for v in pd.sigma_b],
+            "K_star": lst(pd.K), "chi_J": lst(pd.chi_J), "xi": lst(pd.xi), "phase": pd.phase_names().tolist()}
+
+
+def _line_crossings(chi) -> int:
+    """Neighbouring grid points (along either axis) on opposite sides of chi_J* = 1."""
+    with np.errstate(invalid="ignore"):
+        side = np.sign(np.asarray(chi, dtype=float) - 1.0)
+    n = 0
+    for axis in (0, 1):
+        a, b = np.moveaxis(side, axis, 0)[:-1], np.moveaxis(side, axis, 0)[1:]
+        n += int(np.sum((a * b < 0) & np.isfinite(a) & np.isfinite(b)))
+    return n
 
 
 def cmd_verify(args):
-    from .verification.__main__ import main as suite_main
+    from .verification.__main__ import run
 
-    argv = [] if args.full else ["--quick"]
-    if args.device:
-        argv += ["--device", args.device]
-    if args.out:
-        argv += ["--out", args.out]
-    if args.only:
-        argv += ["--only", *args.only]
-    if args.scheduler:
-        argv += ["--scheduler", args.scheduler]
-    return suite_main(argv)
+    args.quick = not args.full   # meanfield verify runs the quick list unless --full
+    return run(args, prog="meanfield verify")
+
+
+def cmd_cache(args):
+    from . import _cache
+
+    if args.action == "clear":
+        res = _cache.clear()
+        if args.json:
+            print(json.dumps(res, indent=2))
+        else:
+            print(f"removed {res['files']} files ({res['bytes'] / 2**20:.1f} MiB) from {res['path']}")
+        return
+    res = _cache.info()
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return
+    print(f"meanfield cache: {res['path']} (chosen by {res['chosen_by']})\n"
+          f"  {res['files']} files, {res['bytes'] / 2**20:.1f} MiB, compiled recursions of "
+          f"{res['architectures']} architecture(s)\n"
+          "  move it: set MEANFIELD_CACHE_DIR=/another/folder (or XDG_CACHE_HOME); "
+          "empty it: meanfield cache clear (the next call recompiles)"
+          + (f"\n  numba's cache of the solver kernels: NUMBA_CACHE_DIR={res['numba_cache_dir_env']}"
+             if res["numba_cache_dir_env"] else ""))
 
 
 def _autoinit_model(args):
@@ -255,17 +406,34 @@ def _autoinit_model(args):
     return model, x
 
 
+AUTOINIT_MAX = {"depth": 1000, "width": 8192, "steps": 100_000, "batch": 4096}
+
+
 def cmd_autoinit(args):
     from .verification.autoinit import autoinit, save_scales
 
-    for name, v, lo in (("--depth", args.depth, 1), ("--width", args.width, 1), ("--steps", args.steps, 1),
-                        ("--batch", args.batch, 2)):
-        if v < lo:
-            raise UsageError(f"meanfield autoinit: {name} must be >= {lo}, got {v}")
+    for name, v, lo, hi in (("--depth", args.depth, 1, AUTOINIT_MAX["depth"]),
+                            ("--width", args.width, 1, AUTOINIT_MAX["width"]),
+                            ("--steps", args.steps, 1, AUTOINIT_MAX["steps"]),
+                            ("--batch", args.batch, 2, AUTOINIT_MAX["batch"])):
+        if not lo <= v <= hi:
+            raise UsageError(f"meanfield autoinit: {name} must be between {lo} and {hi}, got {v}")
+    if not args.sigma_w > 0:
+        raise UsageError(f"meanfield autoinit: --sigma-w must be a finite number > 0, got {args.sigma_w}")
+    if args.seed < 0:
+        raise UsageError(f"meanfield autoinit: --seed must be >= 0, got {args.seed}")
+    acts = ("relu", "gelu", "tanh", "silu")
+    if args.activation not in acts:
+        raise UsageError(f"meanfield autoinit: --activation must be one of {', '.join(acts)}, got {args.activation!r}")
+    out = Path(args.out)
+    _check_writable([out], "--out")   # before tuning, so no work is lost
     model, x = _autoinit_model(args)
     _, report = autoinit(model, x, steps=args.steps, seed=args.seed, progress=not args.json)
-    save_scales(report, args.out, model=args.model, depth=args.depth, width=args.width,
-                activation=args.activation, sigma_w=args.sigma_w, seed=args.seed)
+    try:
+        save_scales(report, out, model=args.model, depth=args.depth, width=args.width,
+                    activation=args.activation, sigma_w=args.sigma_w, seed=args.seed)
+    except OSError as err:
+        raise RunError(f"cannot write {out} ({err.strerror or err})") from None
     summary = {"model": args.model, "out": args.out, "steps": report.steps, "converged": report.converged,
                "J_before": report.J_before, "J_after": report.J_after}
     text = (f"AutoInit ({args.model}): {report.steps} steps, converged={report.converged}\n"
@@ -277,98 +445,159 @@ def cmd_autoinit(args):
 
 # ---------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="meanfield", description="Mean-field theory of deep-network initialisation.")
+    from . import __version__
+
+    p = _Parser(prog="meanfield", description="Mean-field theory of deep-network initialisation.", epilog=EPILOG)
+    p.add_argument("--version", action="version", version=f"meanfield {__version__}",
+                   help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    s = sub.add_parser("recursion", help="print the derived infinite-width recursions",
-                       description="Print K^{l+1}(K^l), chi_J, chi_K for an architecture.")
+    def add(name, **kw):
+        return sub.add_parser(name, epilog=EPILOG, **kw)
+
+    s = add("recursion", help="print the derived infinite-width recursions",
+            description="Print K^{l+1}(K^l), chi_J, chi_K for an architecture.")
     _add_arch_options(s)
     s.add_argument("--latex", action="store_true", help="print LaTeX instead of text")
     _add_json(s)
     s.set_defaults(func=cmd_recursion)
 
-    s = sub.add_parser("critical-point", help="points with chi_J* = chi_K* = 1",
-                       description="All critical points (chi_J* = chi_K* = 1) with K* and stability.")
+    s = add("critical-point", help="points with chi_J* = chi_K* = 1",
+            description="All critical points (chi_J* = chi_K* = 1) with K* and stability.")
     _add_arch_options(s)
     _add_json(s)
     s.set_defaults(func=cmd_critical_point)
 
-    s = sub.add_parser("critical-line", help="sigma_b on the critical line for given sigma_w",
-                       description="sigma_b(sigma_w) with chi_J* = 1 (nan where no line exists).")
+    s = add("critical-line", help="sigma_b on the critical line for given sigma_w",
+            description="sigma_b(sigma_w) with chi_J* = 1 (nan where no line exists), printed as a table.")
     _add_arch_options(s)
-    s.add_argument("--sigma-w", default="0.5:3:11", help="'start:stop:count' or a list (default 0.5:3:11)")
+    s.add_argument("--sigma-w", default="0.5:3:11", metavar="GRID",
+                   help=f"sigma_w values: {GRID_HELP} (default 0.5:3:11)")
     fmt = s.add_mutually_exclusive_group()
-    fmt.add_argument("--csv", action="store_true", help="print CSV")
-    fmt.add_argument("--json", action="store_true", help="print JSON")
+    fmt.add_argument("--csv", action="store_true", help="print CSV (sigma_w, sigma_b)")
+    fmt.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_critical_line)
 
-    s = sub.add_parser("exponents", help="critical exponents zeta_K and zeta",
-                       description="Critical exponents, analytic (series) and numeric (deep iteration).")
+    s = add("exponents", help="critical exponents zeta_K and zeta",
+            description="Critical exponents, analytic (series) and numeric (deep iteration).")
     _add_arch_options(s)
-    s.add_argument("--sigma-w", type=float, required=True)
-    s.add_argument("--sigma-b", type=float, required=True)
+    s.add_argument("--sigma-w", type=_finite, required=True, metavar="X", help="weight scale sigma_w (> 0)")
+    s.add_argument("--sigma-b", type=_finite, required=True, metavar="X", help="bias scale sigma_b (>= 0)")
     _add_json(s)
     s.set_defaults(func=cmd_exponents)
 
-    s = sub.add_parser("phase-diagram", help="chi_J*, xi and phase on a grid; writes PNG, CSV and JSON",
-                       description="Phase diagram on a (sigma_w, sigma_b) grid.")
+    s = add("phase-diagram", help="chi_J*, xi and phase on a grid; writes a figure, CSV and JSON",
+            description="Phase diagram on a (sigma_w, sigma_b) grid: writes PREFIX.png (or .pdf/.svg), "
+                        "PREFIX.csv and PREFIX.json, and prints the phase counts (or, with --json, the data).")
     _add_arch_options(s)
-    s.add_argument("--sigma-w", default="0.1:3:60")
-    s.add_argument("--sigma-b", default="0:2:40")
-    s.add_argument("--out", default="phase_diagram",
-                   help="output prefix, or the figure's path ending in .pdf/.svg/.eps/.png (the format); "
-                        "CSV and JSON go next to it (default ./phase_diagram: .png, .csv, .json)")
-    s.add_argument("--dpi", type=int, default=300, help="resolution of a PNG figure (default 300)")
+    s.add_argument("--sigma-w", default="0.1:3:60", metavar="GRID", help=f"sigma_w values: {GRID_HELP} "
+                   "(default 0.1:3:60)")
+    s.add_argument("--sigma-b", default="0:2:40", metavar="GRID", help=f"sigma_b values: {GRID_HELP} "
+                   "(default 0:2:40)")
+    s.add_argument("--tol", type=_finite, default=1e-9, metavar="X",
+                   help="points with |chi_J* - 1| <= X count as critical (default 1e-9)")
+    s.add_argument("--out", default="phase_diagram", metavar="PREFIX",
+                   help="output path prefix; folders are created; a .png, .pdf, .svg or .eps ending picks the "
+                        "figure format (vector, or PNG at --dpi), any other dot is part of the name (default ./phase_diagram)")
+    s.add_argument("--dpi", type=int, default=300, metavar="N", help="resolution of a PNG figure (default 300)")
     _add_json(s)
     s.set_defaults(func=cmd_phase_diagram)
 
-    s = sub.add_parser("verify", help="run the Monte-Carlo verification suite (needs torch)",
-                       description="Compare theory with Monte-Carlo torch networks.")
-    mode = s.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="the CPU-sized quick suite (default)")
-    mode.add_argument("--full", action="store_true", help="the full suite (meant for a GPU)")
-    s.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    s.add_argument("--out", default=None, help="output directory for the report")
-    s.add_argument("--only", nargs="*", default=None, metavar="CASE", help="run only these case ids")
-    s.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                   help="run on a Dask cluster: a scheduler address or file, or local:N for N local workers "
-                        "(one per GPU with CUDA); needs pip install 'meanfield[distributed]'")
+    s = add("verify", help="run the Monte-Carlo verification suite (needs torch)",
+            description="Compare theory with Monte-Carlo torch networks: the quick case list shipped with the "
+                        "package by default. Exit status 0 when every case passes (or fails as declared), 1 when "
+                        "one fails, 2 for bad arguments.")
+    from .verification.__main__ import add_options
+
+    add_options(s, full_flag=True)
     s.set_defaults(func=cmd_verify)
 
-    s = sub.add_parser("autoinit", help="tune a model to criticality with AutoInit (needs torch)",
-                       description="Tune one of the package's models and write the tuned initialisation (JSON).")
+    s = add("autoinit", help="tune a model to criticality with AutoInit (needs torch)",
+            description="Tune one of the package's models and write the tuned initialisation (JSON).")
     s.add_argument("--model", default="mlp", choices=("mlp", "resmlp", "vgg"),
                    help="a ReLU/GELU MLP, a small ResMLP (32x32 inputs) or a slim VGG19_BN (default mlp)")
-    s.add_argument("--depth", type=int, default=10, help="layers (mlp) or blocks (resmlp) (default 10)")
-    s.add_argument("--width", type=int, default=256, help="width / channels (default 256)")
+    s.add_argument("--depth", type=int, default=10,
+                   help=f"layers (mlp) or blocks (resmlp), 1..{AUTOINIT_MAX['depth']} (default 10)")
+    s.add_argument("--width", type=int, default=256,
+                   help=f"width / channels, 1..{AUTOINIT_MAX['width']} (default 256)")
     s.add_argument("--activation", default="relu", help="relu, gelu, tanh or silu (default relu)")
-    s.add_argument("--sigma-w", type=float, default=2.0, help="initial weight scale, fan-in (default 2)")
+    s.add_argument("--sigma-w", type=_finite, default=2.0, metavar="X",
+                   help="initial weight scale, fan-in, > 0 (default 2)")
     s.add_argument("--steps", type=int, default=200, help="at most this many AutoInit steps (default 200)")
-    s.add_argument("--batch", type=int, default=16, help="inputs per step (default 16)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--out", default="autoinit.json", help="where the tuned scales go (JSON)")
+    s.add_argument("--batch", type=int, default=16, help="inputs per step, >= 2 (default 16)")
+    s.add_argument("--seed", type=int, default=0, help="random seed for the weights and inputs (default 0)")
+    s.add_argument("--out", default="autoinit.json", metavar="FILE",
+                   help="where the tuned scales go (JSON; checked writable before tuning; default ./autoinit.json)")
     _add_json(s)
     s.set_defaults(func=cmd_autoinit)
+
+    s = add("cache", help="show or clear the cache of compiled recursions",
+            description="Compiled recursions and solver kernels are cached on disk (MEANFIELD_CACHE_DIR, else "
+                        "XDG_CACHE_HOME/meanfield or ~/.cache/meanfield). 'info' shows where and how big; "
+                        "'clear' removes what meanfield put there.")
+    s.add_argument("action", nargs="?", default="info", choices=("info", "clear"),
+                   help="info (default) or clear")
+    _add_json(s)
+    s.set_defaults(func=cmd_cache)
     return p
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"meanfield: warning: {message}", file=sys.stderr)
+
+
+def _stdout_gone():
+    """After a broken pipe: point stdout at devnull so the interpreter's final flush is silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def main(argv=None) -> int:
     parser = build_parser()
+    debug = os.environ.get("MEANFIELD_DEBUG", "") not in ("", "0")
+
+    def fail(msg, code):
+        print(msg if msg.startswith("meanfield") else f"meanfield: error: {msg}", file=sys.stderr)
+        return code
+
     try:
-        args = parser.parse_args(argv)
-        rc = args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warning
+            args = parser.parse_args(argv)
+            rc = args.func(args)
+            sys.stdout.flush()
         return int(rc or 0)
+    except BrokenPipeError:
+        _stdout_gone()
+        return fail("meanfield: error: output closed before everything was printed (broken pipe)", EXIT_FAILURE)
     except UsageError as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_USAGE
+        return fail(str(exc), EXIT_USAGE)
+    except RunError as exc:
+        return fail(str(exc), EXIT_FAILURE)
     except ValueError as exc:  # bad values reach the library's validation
-        print(f"meanfield: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        if debug:
+            raise
+        return fail(" ".join(str(exc).split()), EXIT_USAGE)
     except ImportError as exc:
-        print(f"meanfield: error: {exc} (install the verification extra: pip install 'meanfield[verify]')",
-              file=sys.stderr)
-        return 1
+        if debug:
+            raise
+        return fail(f"{exc} (install the verification extra: pip install 'meanfield[verify]')", EXIT_FAILURE)
+    except KeyboardInterrupt:
+        return fail("meanfield: interrupted", 130)
+    except OSError as exc:
+        if debug:
+            raise
+        return fail(f"{exc.strerror or exc}" + (f": {exc.filename}" if getattr(exc, "filename", None) else ""),
+                    EXIT_FAILURE)
+    except Exception as exc:  # never a traceback for a user
+        if debug:
+            raise
+        return fail(f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())} "
+                    "(please report it; MEANFIELD_DEBUG=1 shows the traceback)", EXIT_FAILURE)
 
 
 if __name__ == "__main__":  # pragma: no cover

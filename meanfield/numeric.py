@@ -30,11 +30,13 @@ Caching
 -------
 ``cache=True`` needs a real source file, so the generated module is written
 to ``$MEANFIELD_CACHE_DIR`` (default ``$XDG_CACHE_HOME/meanfield`` or
-``~/.cache/meanfield``; a temporary directory when that is not writable)
+``~/.cache/meanfield``; a temporary directory when that is not writable;
+:mod:`meanfield._cache`)
 under a name that hashes the architecture, the sources of the symbolic
 layer, the quadrature rule and the numba and Python versions, and imported
-from there; numba's caches sit next to it (the kernels' next to
-``_kernels.py``, or under ``$NUMBA_CACHE_DIR``). A second process skips
+from there; numba's caches sit next to it (the kernels' in ``numba/`` of
+the same folder, or under ``$NUMBA_CACHE_DIR``; never in the package
+folder). A second process skips
 both the sympy code generation and the compilation.
 """
 from __future__ import annotations
@@ -43,7 +45,6 @@ import hashlib
 import importlib.util
 import os
 import sys
-import tempfile
 import threading
 import warnings
 from contextlib import contextmanager
@@ -355,23 +356,10 @@ def generate_source(arch) -> str:
 # Loading (with the on-disk cache).
 # ---------------------------------------------------------------------------
 def cache_dir() -> Path:
-    """Where generated modules (and numba's caches next to them) live."""
-    env = os.environ.get("MEANFIELD_CACHE_DIR")
-    if env:
-        base = Path(env)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "meanfield"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        probe = base / f".probe-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-        return base
-    except OSError:
-        fallback = Path(tempfile.gettempdir()) / f"meanfield-cache-{os.getuid() if hasattr(os, 'getuid') else 0}"
-        fallback.mkdir(parents=True, exist_ok=True)
-        return fallback
+    """Where generated modules (and numba's caches next to them) live (see :mod:`meanfield._cache`)."""
+    from ._cache import cache_dir as _cache_dir
+
+    return _cache_dir()
 
 
 _LOCK = threading.Lock()
@@ -410,6 +398,18 @@ def _load(arch: Architecture):
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(source)
         os.replace(tmp, path)  # atomic: concurrent processes never see half a file
+    if not any(path.parent.glob(f"__pycache__/{modname}*.nbi")):
+        from . import _kernels
+        from ._cache import _NOTICED, compile_notice
+
+        what = f"the {arch.activation.name} recursion" + ("" if str(arch) == arch.activation.name else f" ({arch})")
+        from ._cache import kernels_cold
+
+        if kernels_cold(_kernels):  # say it once: both compile now
+            compile_notice(f"{what} and the solver kernels", "20-60 s")
+            _NOTICED.add("the solver kernels")
+        else:
+            compile_notice(what)
     spec = importlib.util.spec_from_file_location(modname, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
@@ -464,6 +464,10 @@ class CompiledRecursion:
         from . import _kernels
 
         fn = getattr(_kernels, kernel)
+        if _kernels_cold(fn):
+            from ._cache import compile_notice
+
+            compile_notice("the solver kernels", "10-30 s")
         with quiet_numba():
             if kernel in _PAIRED:
                 return fn(self.fns, self.pair, *args)
@@ -473,6 +477,15 @@ class CompiledRecursion:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.module, name)
+
+
+def _kernels_cold(fn) -> bool:
+    from ._cache import kernel_needs_compile
+
+    try:
+        return kernel_needs_compile(fn)
+    except Exception:  # a courtesy notice must never break a computation
+        return False
 
 
 #: kernels whose second argument is the ``pair`` flag

@@ -63,6 +63,7 @@ def relu_500():
     return lambda sigma_w: mlp(10, 500, 500, sigma_w, bias=False, seed=3)
 
 
+@pytest.mark.slow
 def test_jll_dynamics_follow_eq17(relu_500):
     sw, lr, T = 2.0, 0.05, 8
     model = relu_500(sw)
@@ -94,6 +95,7 @@ def test_jll_dynamics_follow_eq17(relu_500):
     assert m1.J == pytest.approx(m0.J * got**2, rel=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sigma_w", [3.0, 0.8])
 def test_one_step_learning_rate(relu_500, sigma_w):
     model = relu_500(sigma_w)
@@ -141,6 +143,7 @@ def test_gelu_mlp_with_biases():
     assert_critical(tuned, data(32, 64, seed=3))
 
 
+@pytest.mark.slow
 def test_pre_bn_mlp_batch_128():
     model = mlp(5, 64, 32, 1.0, bn=True, seed=6)
     x = data(512, 32)
@@ -150,6 +153,7 @@ def test_pre_bn_mlp_batch_128():
     assert_critical(tuned, data(128, 32, seed=4))
 
 
+@pytest.mark.slow
 def test_small_resmlp_from_kaiming():
     model = ResMLP(img_size=16, patch_size=4, dim=16, depth=2, num_classes=10, layerscale=1.0, seed=0)
     x = data(64, 3, 16, 16)
@@ -159,6 +163,7 @@ def test_small_resmlp_from_kaiming():
     assert_critical(tuned, data(8, 3, 16, 16, seed=5))
 
 
+@pytest.mark.slow
 def test_small_vgg19_bn():
     model = vgg19_bn(width=1 / 16, hidden=32, pool_size=1, num_classes=10, img_size=32, seed=0)
     x = data(64, 3, 32, 32)

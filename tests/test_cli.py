@@ -11,7 +11,8 @@ import pytest
 
 import meanfield as mf
 
-SUBCOMMANDS = ["recursion", "critical-point", "critical-line", "exponents", "phase-diagram", "verify", "autoinit"]
+SUBCOMMANDS = ["recursion", "critical-point", "critical-line", "exponents", "phase-diagram", "verify", "autoinit",
+               "cache"]
 
 
 def run(*argv, check=True):
@@ -21,13 +22,14 @@ def run(*argv, check=True):
     return proc
 
 
+@pytest.mark.slow  # 16 subprocesses; tests/test_install.py checks the help text in-process
 def test_help_for_every_subcommand():
     top = run("--help")
     for name in SUBCOMMANDS:
         assert name in top.stdout
         sub = run(name, "--help")
         assert sub.stdout.startswith("usage: meanfield " + name)
-        if name not in ("verify", "autoinit"):
+        if name not in ("verify", "autoinit", "cache"):
             assert "--activation" in sub.stdout and "--norm" in sub.stdout and "--mu" in sub.stdout
 
 
@@ -96,7 +98,9 @@ def test_phase_diagram_writes_png_csv_json(tmp_path):
     summary = json.loads(run("phase-diagram", "--activation", "relu", "--sigma-w", "0.5:2.5:9",
                              "--sigma-b", "0:1:5", "--out", str(out), "--json").stdout)
     png = tmp_path / "pd" / "relu.png"
-    assert summary["png"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert summary["files"]["figure"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # --json prints the data too, the same numbers as the JSON file
+    assert summary["chi_J"] == json.loads(out.with_suffix(".json").read_text())["chi_J"]
     rows = list(csv.DictReader(open(out.with_suffix(".csv"))))
     assert len(rows) == 9 * 5
     # ReLU: chi_J* = sigma_w^2 / 2 everywhere a fixed point exists (PJ eq. 99)
@@ -109,6 +113,7 @@ def test_phase_diagram_writes_png_csv_json(tmp_path):
     assert len(grid["chi_J"]) == 9 and len(grid["chi_J"][0]) == 5
 
 
+@pytest.mark.slow
 def test_verify_runs_a_case_and_writes_the_report(tmp_path):
     out = tmp_path / "report"
     proc = run("verify", "--device", "cpu", "--out", str(out), "--only", "relu-critical")
@@ -119,6 +124,7 @@ def test_verify_runs_a_case_and_writes_the_report(tmp_path):
     assert [r["id"] for r in results["results"]] == ["relu-critical"]
 
 
+@pytest.mark.slow
 def test_autoinit_tunes_a_relu_mlp_and_writes_scales(tmp_path):
     out = tmp_path / "scales.json"
     data = json.loads(run("autoinit", "--model", "mlp", "--depth", "5", "--width", "64", "--sigma-w", "3",

@@ -84,6 +84,14 @@ def _execute(name, ksm):
         nbclient.NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, kernel_name="python3",
                                 resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     finally:
+        # nbclient does not shut down a kernel manager it was handed (it does not own it): stop the
+        # kernel here, which also deletes its connection file (/tmp/tmp*.json otherwise stays behind)
+        try:
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
+            km.cleanup_resources()
+        except Exception:  # pragma: no cover - best effort; the test result stands
+            pass
         # jupyter_client leaves zmq sockets for the garbage collector; collect
         # them here, where their ResourceWarning is harmless, rather than in
         # whichever later test happens to trigger a collection (tests that turn
@@ -114,8 +122,15 @@ def _execute(name, ksm):
 
 @pytest.fixture(scope="session")
 def run_notebook(tmp_path_factory):
-    """run_notebook(name) executes notebooks/<name>.ipynb once per session and caches the result."""
-    ksm = _kernel_spec_manager(tmp_path_factory.mktemp("jupyter"))
+    """run_notebook(name) executes notebooks/<name>.ipynb once per session and caches the result.
+
+    The kernels' connection files go to a temporary runtime directory (not the
+    user's ~/.local/share/jupyter/runtime), so a test run leaves none behind.
+    """
+    home = tmp_path_factory.mktemp("jupyter")
+    ksm = _kernel_spec_manager(home)
+    saved = os.environ.get("JUPYTER_RUNTIME_DIR")
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(home / "runtime")
     done = {}
 
     def run(name):
@@ -123,7 +138,13 @@ def run_notebook(tmp_path_factory):
             done[name] = _execute(name, ksm)
         return done[name]
 
-    return run
+    try:
+        yield run
+    finally:
+        if saved is None:
+            os.environ.pop("JUPYTER_RUNTIME_DIR", None)
+        else:
+            os.environ["JUPYTER_RUNTIME_DIR"] = saved
 
 
 def _number(pattern, text):
@@ -178,6 +199,7 @@ def test_every_notebook_is_tested():
 # ---------------------------------------------------------------------------
 # critical_lines.ipynb (moved from tests/test_solvers_notebook.py)
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 def test_critical_lines_notebook(run_notebook):
     _, out, _ = run_notebook("critical_lines")
     err = _number(r"max relative difference from eq. 126: (\S+)", out)
@@ -196,6 +218,7 @@ def test_critical_lines_notebook(run_notebook):
 # ---------------------------------------------------------------------------
 # phase_diagrams.ipynb
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 def test_phase_diagrams_notebook(run_notebook):
     _, out, s = run_notebook("phase_diagrams")
     e2, ed2, em = _gelu_moments(1.0)
@@ -251,6 +274,7 @@ def test_phase_diagrams_notebook(run_notebook):
 # ---------------------------------------------------------------------------
 # critical_exponents.ipynb
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 @pytest.mark.torch
 @needs_torch
 def test_critical_exponents_notebook(run_notebook):
@@ -323,6 +347,7 @@ def test_critical_exponents_notebook(run_notebook):
 # ---------------------------------------------------------------------------
 # monte_carlo_verification.ipynb
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 @pytest.mark.torch
 @needs_torch
 def test_monte_carlo_verification_notebook(run_notebook):
@@ -373,6 +398,7 @@ def test_monte_carlo_verification_notebook(run_notebook):
 # ---------------------------------------------------------------------------
 # kernel_shaping.ipynb (moved from tests/test_shaping.py)
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 @pytest.mark.torch
 @needs_torch
 def test_kernel_shaping_notebook(run_notebook):
@@ -392,6 +418,7 @@ def test_kernel_shaping_notebook(run_notebook):
 # ---------------------------------------------------------------------------
 # autoinit.ipynb (checked through its printed output)
 # ---------------------------------------------------------------------------
+@pytest.mark.slow  # executes a whole notebook
 @pytest.mark.torch
 @needs_torch
 def test_autoinit_notebook(run_notebook):

@@ -72,6 +72,7 @@ def test_unsupported_expression_is_a_clear_error():
         generate_source(mf.Architecture(activation=f(sp.Symbol("t"))))
 
 
+@pytest.mark.slow  # compiles from scratch in a second process
 def test_second_process_does_not_recompile(tmp_path):
     """A fresh process finds the generated module and numba's caches: no compilation."""
     env = dict(os.environ, MEANFIELD_CACHE_DIR=str(tmp_path))

@@ -136,8 +136,9 @@ def _cli(*args, capsys):
 def test_cli_uses_the_same_figure_and_labels(tmp_path, capsys):
     out = json.loads(_cli("phase-diagram", "--activation", "relu", "--sigma-w", "0.5:2.5:9", "--sigma-b", "0:1:5",
                           "--out", str(tmp_path / "sweep_mu0.5.pdf"), "--json", capsys=capsys))
-    assert out["figure"] == str(tmp_path / "sweep_mu0.5.pdf")
-    assert out["csv"] == str(tmp_path / "sweep_mu0.5.csv") and out["json"] == str(tmp_path / "sweep_mu0.5.json")
+    files = out["files"]
+    assert files["figure"] == str(tmp_path / "sweep_mu0.5.pdf")
+    assert files["csv"] == str(tmp_path / "sweep_mu0.5.csv") and files["json"] == str(tmp_path / "sweep_mu0.5.json")
     assert (tmp_path / "sweep_mu0.5.pdf").read_bytes()[:5] == b"%PDF-"
     n_ordered = int(np.sum(SW ** 2 / 2 < 1)) * SB.size              # ReLU: chi_J* = sigma_w^2 / 2
     assert out["points"] == {"ordered": n_ordered, "critical": 0, "chaotic": SW.size * SB.size - n_ordered,
@@ -147,4 +148,4 @@ def test_cli_uses_the_same_figure_and_labels(tmp_path, capsys):
     # a prefix with a dot keeps the dot; the default figure is a 300 dpi PNG
     out = json.loads(_cli("phase-diagram", "--activation", "relu", "--sigma-w", "0.5:2.5:3", "--sigma-b", "0:1:2",
                           "--out", str(tmp_path / "sweep_mu0.7"), "--json", capsys=capsys))
-    assert out["png"] == str(tmp_path / "sweep_mu0.7.png") and (tmp_path / "sweep_mu0.7.csv").exists()
+    assert out["files"]["figure"] == str(tmp_path / "sweep_mu0.7.png") and (tmp_path / "sweep_mu0.7.csv").exists()

@@ -1,50 +1,105 @@
-"""``python -m meanfield.verification [--quick] [--device DEV] [--out DIR]``: run the verification suite."""
+"""``python -m meanfield.verification [--quick] [--device DEV] [--out DIR] ...``: run the verification suite.
+
+The same options serve ``meanfield verify`` (:mod:`meanfield.cli`), which
+runs the quick list by default; ``python -m meanfield.verification`` runs the
+full list unless ``--quick`` is given. Exit status: 0 when every case passes
+(or fails as declared), 1 when a case fails or errors, 2 for bad arguments
+(an unknown case id, a case file that is not a case list, an unwritable
+report folder, an unavailable device).
+"""
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
+import warnings
+
+EXIT_USAGE = 2
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m meanfield.verification",
-                                description="Monte Carlo on real torch networks against the mean-field theory.")
-    p.add_argument("--quick", action="store_true", help="the CI case list (a few minutes on a CPU)")
-    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
-    p.add_argument("--out", default=None, help="report folder (default verification/reports/{quick,full}-{cpu,cuda})")
-    p.add_argument("--cases", default=None, help="case file (default verification/cases_{quick,full}.json)")
-    p.add_argument("--only", nargs="*", default=None, help="run only these case ids")
+def add_options(p, *, full_flag: bool = False):
+    """The suite's options on an argparse parser (shared with ``meanfield verify``)."""
+    if full_flag:
+        mode = p.add_mutually_exclusive_group()
+        mode.add_argument("--quick", action="store_true",
+                          help="the quick case list, sized for a CPU (the default)")
+        mode.add_argument("--full", action="store_true", help="the full case list (meant for a CUDA GPU)")
+    else:
+        p.add_argument("--quick", action="store_true",
+                       help="the quick case list, sized for a CPU (default: the full list)")
+    p.add_argument("--device", default=None, metavar="DEV",
+                   help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="report folder, created if missing (default ./meanfield-verify/{quick,full}-{cpu,cuda}; "
+                        "never inside the installed package)")
+    p.add_argument("--cases", default=None, metavar="FILE",
+                   help="a JSON case file ({\"cases\": [...]} or a list) instead of the packaged list")
+    p.add_argument("--only", nargs="+", default=None, metavar="CASE",
+                   help="run only these case ids (an unknown id is an error)")
     p.add_argument("--float32", action="store_true", help="compute in float32 (default float64)")
-    p.add_argument("--no-resume", action="store_true", help="rerun cases that have a checkpoint")
-    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-resume", action="store_true",
+                   help="rerun cases that already have a checkpoint in the report folder")
+    p.add_argument("--no-plots", action="store_true", help="skip the per-case PNG plots")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run the cases on a Dask cluster: a scheduler address or file, or local:N (N local "
                         "workers; one per GPU with CUDA); needs the distributed extra")
-    args = p.parse_args(argv)
+    p.add_argument("--json", action="store_true",
+                   help="print the summary and the per-case results as JSON (no progress bar)")
+
+
+def _one_line_warnings(prog):
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"{prog}: warning: {message}", file=sys.stderr)
+    return show
+
+
+def run(args, prog: str = "python -m meanfield.verification") -> int:
+    """Run the suite for parsed options; print the outcome; return the exit status."""
+    quick = bool(args.quick)
     try:
         import torch
 
         from .suite import run_suite
-
-        with contextlib.ExitStack() as stack:
+    except ImportError as err:
+        print(f"{prog}: error: {err} (install the verification extra: pip install 'meanfield[verify]')",
+              file=sys.stderr)
+        return 1
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
+        warnings.showwarning = _one_line_warnings(prog)
+        try:
             client = None
             if args.scheduler:
                 from .distributed import connect
 
                 client = stack.enter_context(connect(args.scheduler))
-            out = run_suite(args.cases, args.out, args.device, quick=args.quick, resume=not args.no_resume,
-                            only=args.only, plots=not args.no_plots,
+            out = run_suite(args.cases, args.out, args.device, quick=quick, resume=not args.no_resume,
+                            only=args.only, plots=not args.no_plots, progress=not args.json,
                             dtype=torch.float32 if args.float32 else torch.float64, client=client)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        except (ValueError, FileNotFoundError) as err:
+            print(f"{prog}: error: {err}", file=sys.stderr)
+            return EXIT_USAGE
     s = out["summary"]
-    print(f"{s['n_cases']} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(s["counts"].items()))
-          + f" in {s['wall_seconds']:.0f} s; report: {out['out_dir']}/report.md")
-    for r in out["results"]:
-        if r["status"] in ("fail", "error"):
-            print(f"  {r['status'].upper()} {r['id']}: {(r.get('details') or [''])[0]}")
+    if args.json:
+        slim = [{k: v for k, v in r.items() if k not in ("data", "traceback", "case")} for r in out["results"]]
+        print(json.dumps({"summary": s, "results": slim, "out_dir": out["out_dir"]}, indent=2, allow_nan=False))
+    else:
+        print(f"{s['n_cases']} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(s["counts"].items()))
+              + f" in {s['wall_seconds']:.0f} s; report: {out['out_dir']}/report.md")
+        for r in out["results"]:
+            if r["status"] in ("fail", "error"):
+                print(f"  {r['status'].upper()} {r['id']}: {(r.get('details') or [''])[0]}")
     return 0 if s["ok"] else 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m meanfield.verification",
+                                description="Monte Carlo on real torch networks against the mean-field theory.",
+                                epilog="Exit status: 0 all cases pass (or fail as declared), 1 a case fails or "
+                                       "errors, 2 bad arguments.")
+    add_options(p)
+    args = p.parse_args(argv)
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -459,7 +459,7 @@ def run_cases(client, cases, device, dtype, folder, *, resume=True, progress=Tru
     saved, and rerun next time).
     """
     distributed = _distributed()
-    from .suite import _case_hash, _write_json_atomic, run_case
+    from .suite import _case_hash, _read_checkpoint, _write_json_atomic, run_case
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -467,13 +467,8 @@ def run_cases(client, cases, device, dtype, folder, *, resume=True, progress=Tru
     for case in cases:
         h = _case_hash(case, device, dtype)
         ckpt = folder / f"{case['id']}.json"
-        if resume and ckpt.exists():
-            try:
-                old = json.loads(ckpt.read_text())
-                if old.get("hash") == h and old.get("status") != "error":
-                    continue
-            except (OSError, ValueError):
-                pass
+        if resume and _read_checkpoint(ckpt, case["id"], h) is not None:
+            continue
         todo[case["id"]] = (case, h)
     futures = {client.submit(run_case, case, device, dtype, key=f"meanfield-case-{cid}-{h}", pure=False): cid
                for cid, (case, h) in todo.items()}

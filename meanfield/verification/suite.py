@@ -1,7 +1,9 @@
 r"""The verification suite: Monte Carlo on real networks against the infinite-width theory.
 
-Case lists live in the top-level ``verification/`` folder
-(``cases_quick.json`` for CI on a CPU, ``cases_full.json`` for a GPU). Each
+Case lists ship with the package (``meanfield/verification/cases_quick.json``
+for CI on a CPU, ``cases_full.json`` for a GPU; found with
+:mod:`importlib.resources`, so they work from any folder after ``pip
+install``), or come from any JSON file (``--cases FILE``). Each
 case names an architecture, hyperparameters and a *kind* of comparison;
 :func:`run_suite` runs the cases, saves each finished case at once (an
 interrupted run resumes without redoing or losing it), and writes
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -47,7 +50,7 @@ from ..calculus import Architecture
 from ._theory import theory_profile
 from .montecarlo import monte_carlo, phase_diagram, resolve_device
 
-__all__ = ["run_suite", "load_cases", "default_cases_path", "hardware_description", "KINDS"]
+__all__ = ["run_suite", "load_cases", "default_cases_path", "default_out_dir", "hardware_description", "KINDS"]
 
 SUITE_VERSION = 2
 DEFAULT_Z = 4.0
@@ -57,27 +60,81 @@ DEFAULT_C = 2.0
 # ---------------------------------------------------------------------------
 # Case files.
 # ---------------------------------------------------------------------------
+def _packaged_cases(quick: bool = True):
+    """The packaged case list (an importlib.resources Traversable)."""
+    from importlib.resources import files
+
+    return files("meanfield.verification") / ("cases_quick.json" if quick else "cases_full.json")
+
+
 def default_cases_path(quick: bool = True) -> Path:
-    """verification/cases_{quick,full}.json of the source tree (or of the working directory)."""
-    name = "cases_quick.json" if quick else "cases_full.json"
-    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        p = root / "verification" / name
-        if p.exists():
-            return p
-    raise FileNotFoundError(f"verification/{name} not found next to the package or in {Path.cwd()}; "
-                            "pass the case list explicitly (--cases FILE)")
+    """Path of the case list shipped with the package: ``cases_quick.json`` or ``cases_full.json``."""
+    return Path(str(_packaged_cases(quick)))
 
 
 def load_cases(path=None, quick: bool = True) -> list:
-    """The list of case dicts from a JSON file ({"cases": [...]} or a bare list)."""
-    path = Path(path) if path is not None else default_cases_path(quick)
-    data = json.loads(path.read_text())
-    cases = data["cases"] if isinstance(data, dict) else data
+    """The list of case dicts from a JSON file ({"cases": [...]} or a bare list).
+
+    ``path=None`` reads the case list shipped with the package (quick or full).
+    Raises FileNotFoundError for a missing file and ValueError (naming the file)
+    for one that is not a list of cases with unique string ``id`` fields.
+    """
+    if path is None:
+        src, text = f"the packaged {'quick' if quick else 'full'} case list", _packaged_cases(quick).read_text()
+    else:
+        path = Path(path)
+        if path.is_dir():
+            raise ValueError(f"cases: {path} is a directory, not a JSON case file")
+        if not path.exists():
+            raise FileNotFoundError(f"cases: no such file: {path}")
+        src = str(path)
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"cases: cannot read {path}: {err}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"cases: {src} is not valid JSON ({err})") from None
+    cases = data.get("cases") if isinstance(data, dict) else data
+    if not isinstance(cases, list) or not cases:
+        raise ValueError(f"cases: {src} must hold a non-empty list of cases ({{\"cases\": [...]}} or [...])")
+    for i, c in enumerate(cases):
+        if not isinstance(c, dict) or not isinstance(c.get("id"), str) or not c["id"]:
+            raise ValueError(f"cases: case {i} of {src} is not a dict with a string 'id'")
     ids = [c["id"] for c in cases]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
-        raise ValueError(f"duplicate case ids in {path}: {sorted(dup)}")
+        raise ValueError(f"duplicate case ids in {src}: {sorted(dup)}")
     return cases
+
+
+def default_out_dir(quick: bool = True, device=None) -> Path:
+    """Default report folder: ``./meanfield-verify/{quick,full}-{cpu,cuda}`` under the working directory.
+
+    Never the package folder, never the committed reports of a source tree
+    (refresh those only by naming them with ``out_dir``/``--out``).
+    """
+    return Path.cwd() / "meanfield-verify" / f"{'quick' if quick else 'full'}-{resolve_device(device).type}"
+
+
+def _check_out_dir(out_dir: Path) -> Path:
+    """Refuse report folders inside the installed package; make sure the folder is writable."""
+    out_dir = Path(out_dir)
+    pkg = Path(__file__).resolve().parents[1]
+    resolved = out_dir.resolve()
+    if resolved == pkg or pkg in resolved.parents:
+        raise ValueError(f"out_dir: {out_dir} is inside the installed package ({pkg}); choose another folder")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"out_dir: {out_dir} exists and is not a folder")
+    try:
+        (out_dir / "cases").mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise ValueError(f"out_dir: cannot write the report to {out_dir} ({err.strerror or err})") from None
+    return out_dir
 
 
 def _arch(spec: dict) -> Architecture:
@@ -632,18 +689,23 @@ def run_suite(cases=None, out_dir=None, device=None, quick: bool = True, *, dtyp
     Parameters
     ----------
     cases : list of dicts, path to a case file, or None
-        None loads verification/cases_quick.json (``quick``) or cases_full.json.
+        None loads the packaged ``cases_quick.json`` (``quick``) or ``cases_full.json``.
     out_dir : path
         Where ``cases/<id>.json`` (the checkpoints), ``results.json``,
         ``report.md`` and ``plots/`` go. Default
-        verification/reports/{quick,full}-{cpu,cuda}.
+        ``./meanfield-verify/{quick,full}-{cpu,cuda}`` in the working
+        directory (never inside the package; the committed reports of the
+        source tree are refreshed only when named here).
     device : None, 'cpu', 'cuda'
     quick : bool
         Selects the default case file and the report's title.
     resume : bool
         Reuse finished cases whose checkpoint matches the case, device and
-        dtype (a changed case is rerun).
+        dtype (a changed case is rerun). A checkpoint that cannot be used
+        (truncated, not a result dict, a folder in its place) is recomputed
+        with a warning.
     only : iterable of case ids, optional
+        Run only these (ValueError for an empty selection or an unknown id).
     client : dask.distributed.Client, optional
         Run the cases that have no valid checkpoint on a Dask cluster, each
         saved as it completes (:func:`meanfield.verification.distributed.run_cases`).
@@ -656,13 +718,17 @@ def run_suite(cases=None, out_dir=None, device=None, quick: bool = True, *, dtyp
     if cases is None or isinstance(cases, (str, os.PathLike)):
         cases = load_cases(cases, quick)
     cases = [dict(c) for c in cases]
-    if only:
-        only = set(only)
-        cases = [c for c in cases if c["id"] in only]
-    if out_dir is None:
-        out_dir = default_cases_path(quick).parent / "reports" / f"{'quick' if quick else 'full'}-{dev.type}"
-    out_dir = Path(out_dir)
-    (out_dir / "cases").mkdir(parents=True, exist_ok=True)
+    if only is not None:
+        only = [only] if isinstance(only, str) else list(only)
+        if not only:
+            raise ValueError("only: give at least one case id (omit it to run every case)")
+        known = [c["id"] for c in cases]
+        unknown = [i for i in only if i not in known]
+        if unknown:
+            raise ValueError(f"only: unknown case id(s) {', '.join(map(repr, unknown))}; "
+                             f"known: {', '.join(known)}")
+        cases = [c for c in cases if c["id"] in set(only)]
+    out_dir = _check_out_dir(default_out_dir(quick, dev) if out_dir is None else out_dir)
     if plots:
         (out_dir / "plots").mkdir(parents=True, exist_ok=True)
     bar = None
@@ -681,14 +747,10 @@ def run_suite(cases=None, out_dir=None, device=None, quick: bool = True, *, dtyp
         h = _case_hash(case, dev, dtype)
         ckpt = out_dir / "cases" / f"{case['id']}.json"
         res = computed.get(case["id"])
-        if res is None and resume and ckpt.exists():
-            try:
-                old = json.loads(ckpt.read_text())
-                if old.get("hash") == h and old.get("status") != "error":
-                    res = old
-                    res["resumed"] = True
-            except (OSError, ValueError):
-                res = None
+        if res is None and resume:
+            res = _read_checkpoint(ckpt, case["id"], h)
+        if res is None and (ckpt.is_dir() or ckpt.is_symlink() and not ckpt.exists()):
+            ckpt = _move_aside(ckpt)
         if bar is not None:
             bar.set_postfix_str(case["id"])
         if res is None:
@@ -712,7 +774,9 @@ def run_suite(cases=None, out_dir=None, device=None, quick: bool = True, *, dtyp
     summary = {"mode": "quick" if quick else "full", "n_cases": len(results), "counts": counts,
                "ok": all(r["status"] in ("pass", "xfail", "xpass") for r in results),
                "wall_seconds": time.perf_counter() - t0,
-               "case_seconds": sum(r.get("seconds", 0.0) for r in results),
+               # time spent in this run only: resumed cases cost nothing now
+               "case_seconds": sum(r.get("seconds", 0.0) for r in results if not r.get("resumed")),
+               "resumed": sum(bool(r.get("resumed")) for r in results),
                "hardware": hardware_description(dev), "dtype": str(dtype).replace("torch.", ""),
                "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": _git_commit(),
                "allowance_rule": "|MC - theory| <= z SE + c (l / width) |theory| (+ c/|B| |theory| with "
@@ -721,6 +785,51 @@ def run_suite(cases=None, out_dir=None, device=None, quick: bool = True, *, dtyp
     _write_json_atomic(out_dir / "results.json", {"summary": summary, "results": slim})
     (out_dir / "report.md").write_text(_report(summary, results))
     return {"summary": summary, "results": results, "out_dir": str(out_dir)}
+
+
+_STATUSES = ("pass", "fail", "xfail", "xpass", "error")
+
+
+def _read_checkpoint(ckpt: Path, case_id: str, h: str):
+    """A finished result from ``ckpt`` if it is usable for this case (same hash), else None.
+
+    A checkpoint of an older case definition is silently rerun; one that is
+    unreadable or not a result (truncated JSON, ``null``, a list, a dict
+    without a known ``status``, a folder) is rerun with a warning.
+    """
+    if not ckpt.exists() and not ckpt.is_symlink():
+        return None
+    if ckpt.is_dir():
+        warnings.warn(f"checkpoint {ckpt} is a folder, not a file; recomputing case {case_id!r}",
+                      RuntimeWarning, stacklevel=3)
+        return None
+    try:
+        old = json.loads(ckpt.read_text())
+    except (OSError, ValueError) as err:
+        warnings.warn(f"checkpoint {ckpt} is unreadable ({type(err).__name__}); recomputing case {case_id!r}",
+                      RuntimeWarning, stacklevel=3)
+        return None
+    if not (isinstance(old, dict) and old.get("status") in _STATUSES and old.get("id") == case_id
+            and isinstance(old.get("details", []), list) and isinstance(old.get("data", {}), dict)):
+        warnings.warn(f"checkpoint {ckpt} does not hold a result of case {case_id!r}; recomputing it",
+                      RuntimeWarning, stacklevel=3)
+        return None
+    if old.get("hash") != h or old["status"] == "error":
+        return None
+    old["resumed"] = True
+    return old
+
+
+def _move_aside(ckpt: Path) -> Path:
+    """Rename whatever blocks the checkpoint path (a folder) to ``<name>.broken[-n]``; nothing is deleted."""
+    n = 0
+    while True:
+        dest = ckpt.with_name(ckpt.name + (".broken" if n == 0 else f".broken-{n}"))
+        if not dest.exists() and not dest.is_symlink():
+            break
+        n += 1
+    os.replace(ckpt, dest)
+    return ckpt
 
 
 # ---------------------------------------------------------------------------
@@ -751,7 +860,8 @@ def _report(summary, results) -> str:
              f"- Device used: `{hw['device']}`; dtype {summary['dtype']}; torch {hw['torch']}, Python {hw['python']}, "
              f"numpy {hw['numpy']}",
              f"- Cases: {summary['n_cases']}; " + ", ".join(f"{k}: {v}" for k, v in sorted(summary["counts"].items()))
-             + f"; wall time {summary['wall_seconds']:.0f} s (case compute {summary['case_seconds']:.0f} s)",
+             + f"; wall time {summary['wall_seconds']:.0f} s (case compute {summary['case_seconds']:.0f} s"
+             + (f"; {summary['resumed']} cases resumed from checkpoints" if summary.get("resumed") else "") + ")",
              f"- Pass rule: {summary['allowance_rule']}. Every compared point of a case must satisfy it.",
              f"- Overall: {'OK' if summary['ok'] else 'FAILURES'} on {dev}", "",
              "| case | kind | status | time (s) | summary |", "|---|---|---|---:|---|"]
