@@ -50,6 +50,9 @@ def _add_arch_options(p):
     g.add_argument("--block", default="mlp", choices=BLOCKS, help="block type (default mlp)")
     g.add_argument("--eps", type=float, default=0.1, help="LayerScale of resmlp blocks (default 0.1)")
     g.add_argument("--stages", type=int, default=1, help="norm->phi->Dense stages per MLP block (default 1)")
+    g.add_argument("--spec", default=None, metavar="FILE.json",
+                   help="any architecture as a JSON file (meanfield.to_json of a Network or Architecture); "
+                        "replaces the options above")
 
 
 def _add_json(p):
@@ -57,7 +60,22 @@ def _add_json(p):
 
 
 def _architecture(args):
-    from .calculus import as_architecture
+    from .calculus import as_architecture, from_json
+
+    if getattr(args, "spec", None) is not None:
+        menu = {"activation": "relu", "norm": "none", "mu": None, "block": "mlp", "eps": 0.1, "stages": 1,
+                "negative_slope": None}
+        clash = [k for k, d in menu.items() if getattr(args, k, d) != d]
+        if clash:
+            raise UsageError(f"--spec replaces the architecture options; drop --{clash[0].replace('_', '-')}")
+        from pathlib import Path
+
+        if not Path(args.spec).is_file():
+            raise UsageError(f"--spec {args.spec!r}: no such file")
+        try:
+            return from_json(Path(args.spec))
+        except (ValueError, json.JSONDecodeError) as err:
+            raise UsageError(f"--spec {args.spec}: {err}") from None
 
     kw = dict(activation=args.activation, norm=args.norm, mu=args.mu, block=args.block,
               eps=args.eps, stages=args.stages)

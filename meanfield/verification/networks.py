@@ -62,8 +62,8 @@ from torch import nn
 
 from .. import symbols as S
 from ..activations import ACTIVATIONS, Activation, Erf, Gelu, ScaleInvariant
-from ..calculus import (ActivationLayer, Architecture, BatchNorm, Chain, Dense, LayerNormPost,
-                        LayerNormPre, Primitive, Residual, Scale)
+from ..calculus import (ActivationLayer, Architecture, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost,
+                        LayerNormPre, Primitive, Residual, RMSNorm, Scale, TreeSpec)
 
 __all__ = [
     "Context",
@@ -73,6 +73,7 @@ __all__ = [
     "RActivation",
     "RLayerNorm",
     "RBatchNorm",
+    "RRMSNorm",
     "RScale",
     "RResidual",
     "RChain",
@@ -325,6 +326,31 @@ class RLayerNorm(RLayer):
         return f"{type(self.spec).__name__}, dim={self.dim}"
 
 
+def _rms_normalise(z: torch.Tensor, dim: int) -> torch.Tensor:
+    """h / r with r = sqrt(mean h^2) over ``dim`` (no epsilon, no gain), with its exact JVP.
+
+    y = h / r;  dr = mean(h dt) / r, so dy = (dt - y * mean(y * dt)) / r.
+    """
+    h = z[:, :, :1]
+    r = h.pow(2).mean(dim, keepdim=True).sqrt()
+    y = h / r
+    if z.shape[2] == 1:
+        return y
+    t = z[:, :, 1:]
+    return torch.cat([y, (t - y * (y * t).mean(dim, keepdim=True)) / r], dim=2)
+
+
+class RRMSNorm(RLayer):
+    """RMSNorm without gain over the features of each token (pre or post: the same map)."""
+
+    def __init__(self, spec: RMSNorm):
+        super().__init__()
+        self.spec = spec
+
+    def forward(self, z, ctx):
+        return _rms_normalise(z, -1)
+
+
 class RBatchNorm(RLayer):
     """BatchNorm without affine parameters: each neuron over the inputs of the batch (axis B)."""
 
@@ -380,6 +406,8 @@ _REALISATIONS = [
     (ActivationLayer, RActivation),
     (LayerNormPre, RLayerNorm),
     (LayerNormPost, RLayerNorm),
+    (LayerNorm, RLayerNorm),
+    (RMSNorm, RRMSNorm),
     (BatchNorm, RBatchNorm),
     (Scale, RScale),
     (Residual, RResidual),
@@ -389,7 +417,7 @@ _REALISATIONS = [
 
 def realise(spec: Primitive | Architecture) -> RLayer:
     """The torch module of a primitive tree (or of an Architecture's block)."""
-    if isinstance(spec, Architecture):
+    if isinstance(spec, TreeSpec):
         spec = spec.block_spec()
     for cls, rcls in _REALISATIONS:
         if isinstance(spec, cls):

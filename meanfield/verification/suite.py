@@ -80,7 +80,12 @@ def load_cases(path=None, quick: bool = True) -> list:
     return cases
 
 
-def _arch(spec: dict) -> Architecture:
+def _arch(spec: dict):
+    """The case's spec: Architecture keywords, or a Network's JSON form ({"tree": [...], "mu": ...})."""
+    if "tree" in spec:
+        from ..calculus import from_json
+
+        return from_json(spec)
     spec = dict(spec)
     params = tuple(sorted((k, spec.pop(k)) for k in ("negative_slope", "a_plus", "a_minus") if k in spec))
     return Architecture(activation_params=params, **spec)
@@ -164,7 +169,7 @@ def _kind_profile(case, device, dtype):
     th = _theory_for(arch, sw, sb, r.depth, r)
     z, c = _tol(case)
     layers = np.arange(1, r.depth + 1)
-    bn = arch.norm == "bn"
+    bn = arch.couples_batch
     quantities = case.get("compare", ["K", "chi_J", "J"] + (["K12"] if bn else []))
     out = {"sigma_w": sw, "sigma_b": sb, "theory_source": th["source"], "seconds_mc": r.seconds,
            "input_overlap": r.input_overlap, "quantities": {}}
@@ -375,7 +380,7 @@ def _kind_factorisation(case, device, dtype):
     prod_se = prod * rel_se
     se = np.sqrt(r.J_se**2 + prod_se**2)
     layers = np.arange(1, r.depth + 1)
-    cmp_ = _compare(r.J, se, prod, layers, r.width, z, c, r.batch, arch.norm == "bn")
+    cmp_ = _compare(r.J, se, prod, layers, r.width, z, c, r.batch, arch.couples_batch)
     w = cmp_["worst"]
     ok = cmp_["n_bad"] == 0
     lines = [f"J^{{1,l}} measured directly vs prod_l' J^{{l',l'+1}} measured block by block: {cmp_['n_bad']}/"
@@ -401,7 +406,7 @@ def _kind_width_scan(case, device, dtype):
     first = int(case.get("average_from", 2))
     rows = []
     for N in case["widths"]:
-        extra = {"tokens": N} if arch.block != "mlp" and "tokens" not in case else {}
+        extra = {"tokens": N} if arch.has_tokens and "tokens" not in case else {}
         kw = _common_mc_kwargs({**case, "width": N, **extra}, device, dtype)
         r = monte_carlo(arch, sw, sb, **kw)
         th = _theory_for(arch, sw, sb, r.depth, r)
