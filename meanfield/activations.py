@@ -51,6 +51,8 @@ __all__ = [
     "ScaleInvariant",
     "Erf",
     "Gelu",
+    "Elu",
+    "HardTanh",
     "ACTIVATIONS",
     "activation",
     "available_activations",
@@ -307,6 +309,97 @@ class Gelu(Activation):
         return "Gelu()"
 
 
+def _ncdf_neg(t):
+    """Phi(-t) = erfc(t / sqrt 2) / 2, the standard normal tail."""
+    return sp.erfc(t / sp.sqrt(2)) / 2
+
+
+@dataclass(frozen=True, repr=False)
+class Elu(Activation):
+    r"""ELU, phi(x) = x (x > 0), alpha (e^x - 1) (x <= 0) (Clevert et al. 2016); SELU = lambda ELU.
+
+    ``gain`` is SELU's lambda (1 for ELU). With h ~ N(0, K), s = sqrt K, the
+    one-point moments follow from E[e^{a h} 1{h<0}] = e^{a^2 K/2} Phi(-a s)
+    (complete the square: h e^{ah} tilts N(0, K) to N(aK, K)) and
+    E[h^2 1{h>0}] = K/2, E[h 1{h>0}] = s/sqrt(2 pi):
+
+    E[phi^2]/gain^2  = K/2 + alpha^2 [e^{2K} Phi(-2s) - 2 e^{K/2} Phi(-s) + 1/2]
+    E[phi'^2]/gain^2 = 1/2 + alpha^2 e^{2K} Phi(-2s)
+    E[phi]/gain      = s/sqrt(2 pi) + alpha [e^{K/2} Phi(-s) - 1/2]
+
+    (for SELU, E[phi] = 0 and E[phi^2] = 1 at K = 1 with Klambauer et al.'s
+    constants: the self-normalising fixed point, their eqs. 4-5). The
+    two-point kernels involve the bivariate normal CDF and are left to
+    quadrature. Checked against mpmath in tests/test_activations_new.py.
+    """
+
+    alpha: sp.Expr = sp.Integer(1)
+    gain: sp.Expr = sp.Integer(1)
+
+    def second_moment(self, K):
+        a, s = self.alpha, sp.sqrt(K)
+        return self.gain**2 * (K / 2 + a**2 * (sp.exp(2 * K) * _ncdf_neg(2 * s)
+                                               - 2 * sp.exp(K / 2) * _ncdf_neg(s) + sp.Rational(1, 2)))
+
+    def derivative_second_moment(self, K):
+        return self.gain**2 * (sp.Rational(1, 2) + self.alpha**2 * sp.exp(2 * K) * _ncdf_neg(2 * sp.sqrt(K)))
+
+    def mean(self, K):
+        s = sp.sqrt(K)
+        return self.gain * (s / sp.sqrt(2 * _pi) + self.alpha * (sp.exp(K / 2) * _ncdf_neg(s) - sp.Rational(1, 2)))
+
+    def __repr__(self):
+        return f"Elu({self.name!r}, alpha={self.alpha}, gain={self.gain})"
+
+
+@dataclass(frozen=True, repr=False)
+class HardTanh(Activation):
+    r"""Hard tanh, phi(x) = max(-1, min(1, x)) (torch.nn.Hardtanh with its default range).
+
+    With h ~ N(0, K) and t = 1/sqrt(K), from
+    int_{-t}^{t} z^2 dPhi(z) = erf(t/sqrt 2) - 2 t phi_N(t) (integration by parts):
+
+    E[phi^2]  = K erf(1/sqrt(2K)) - sqrt(2K/pi) e^{-1/(2K)} + erfc(1/sqrt(2K))
+    E[phi'^2] = P(|h| < 1) = erf(1/sqrt(2K))
+    E[phi]    = 0 (odd)
+
+    Two-point kernels are left to quadrature. Checked against mpmath in
+    tests/test_activations_new.py.
+    """
+
+    def second_moment(self, K):
+        u = 1 / sp.sqrt(2 * K)
+        return K * sp.erf(u) - sp.sqrt(2 * K / _pi) * sp.exp(-1 / (2 * K)) + sp.erfc(u)
+
+    def derivative_second_moment(self, K):
+        return sp.erf(1 / sp.sqrt(2 * K))
+
+    def mean(self, K):
+        return sp.Integer(0)
+
+    def __repr__(self):
+        return "HardTanh()"
+
+
+#: SELU's constants (Klambauer et al. 2017, eq. 14; the values torch.nn.SELU uses)
+SELU_ALPHA = sp.Float("1.6732632423543772848170429916717", 30)
+SELU_LAMBDA = sp.Float("1.0507009873554804934193349852946", 30)
+
+
+def _elu(alpha=1.0):
+    from ._validate import is_number
+
+    if not is_number(alpha) or float(alpha) < 0:
+        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
+    a = sp.nsimplify(alpha)
+    return Elu("elu", sp.Piecewise((x, x > 0), (a * (sp.exp(x) - 1), True)), a, sp.Integer(1))
+
+
+def _selu():
+    a, g = SELU_ALPHA, SELU_LAMBDA
+    return Elu("selu", g * sp.Piecewise((x, x > 0), (a * (sp.exp(x) - 1), True)), a, g)
+
+
 # ---------------------------------------------------------------------------
 # Registry.
 # ---------------------------------------------------------------------------
@@ -346,6 +439,12 @@ ACTIVATIONS: dict[str, Callable[..., Activation]] = {
     "silu": lambda: Activation("silu", x / (1 + sp.exp(-x))),
     "swish": lambda: Activation("swish", x / (1 + sp.exp(-x))),
     "softplus": lambda: Activation("softplus", sp.log(1 + sp.exp(x))),
+    # torch's GELU(approximate='tanh') (Hendrycks & Gimpel 2016, eq. in sec. 2); moments by quadrature
+    "gelu_tanh": lambda: Activation("gelu_tanh", x / 2 * (1 + sp.tanh(sp.sqrt(2 / _pi)
+                                                                     * (x + sp.Rational(44715, 10**6) * x**3)))),
+    "elu": _elu,
+    "selu": _selu,
+    "hardtanh": lambda: HardTanh("hardtanh", sp.Piecewise((-1, x < -1), (x, x <= 1), (1, True))),
 }
 
 

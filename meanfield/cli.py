@@ -278,7 +278,9 @@ def _autoinit_model(args):
     from .verification import models
 
     if args.model == "mlp":
-        acts = {"relu": torch.nn.ReLU, "gelu": torch.nn.GELU, "tanh": torch.nn.Tanh, "silu": torch.nn.SiLU}
+        from .verification.torch_activations import TORCH_ACTIVATIONS, torch_module
+
+        acts = tuple(n for n, row in TORCH_ACTIVATIONS.items() if row.module is not None)
         if args.activation not in acts:
             raise UsageError(f"meanfield autoinit: --activation for --model mlp must be one of {', '.join(acts)}")
         gen = torch.Generator().manual_seed(args.seed)
@@ -288,7 +290,7 @@ def _autoinit_model(args):
             with torch.no_grad():
                 lin.weight.normal_(0.0, args.sigma_w / args.width ** 0.5, generator=gen)
                 lin.bias.zero_()
-            layers += [lin, acts[args.activation]()]
+            layers += [lin, torch_module(args.activation)]
         model = torch.nn.Sequential(*layers)
         x = torch.randn(args.batch, args.width, generator=gen)
     elif args.model == "resmlp":

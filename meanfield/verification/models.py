@@ -78,8 +78,10 @@ def _check_init(init):
 
 
 def _activation(name):
-    table = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
-    return table[check_choice("activation", name, tuple(table))]()
+    from .torch_activations import TORCH_ACTIVATIONS, torch_module
+
+    names = tuple(n for n, row in TORCH_ACTIVATIONS.items() if row.module is not None)
+    return torch_module(check_choice("activation", name, names))
 
 
 def _fan_in_init_(module, sigma_w, sigma_b, generator=None):
