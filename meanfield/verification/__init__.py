@@ -5,6 +5,9 @@ Importing this subpackage imports torch; ``import meanfield`` does not.
 - :func:`monte_carlo`, :func:`phase_diagram`: K^l, J^{l,l+1}, J^{l0,l} of
   networks built from an :class:`~meanfield.Architecture`, batched over
   initialisations, on CUDA when available.
+- :func:`from_torch` (also ``meanfield.from_torch``): a user's module read into
+  the primitive tree; :func:`initialise_` draws its weights;
+  :func:`monte_carlo_module` measures K^l and J^{1,l} on that module.
 - :func:`hutchinson_apjn`, :func:`exact_apjn`: APJN of any torch function.
 - :func:`run_suite`: the verification suite (``python -m meanfield.verification``).
 - :func:`autoinit`: tune any torch model to criticality (AutoInit paper);
@@ -18,6 +21,7 @@ from .autoinit import (AutoInitError, AutoInitReport, BatchSizeScan, Measurement
                        apply_scales, autoinit, find_blocks, load_scales, save_scales)
 from .autoinit import measure as measure_blocks
 from .models import MLPMixer, ResMLP, VGG, mixer_s16, resmlp_s12, vgg19_bn
+from .from_torch import ModuleMonteCarlo, from_torch, initialise_, monte_carlo_module
 
 __all__ = [
     "APJNEstimate",
@@ -32,6 +36,10 @@ __all__ = [
     "apply_scales",
     "autoinit",
     "find_blocks",
+    "from_torch",
+    "initialise_",
+    "ModuleMonteCarlo",
+    "monte_carlo_module",
     "load_scales",
     "measure_blocks",
     "mixer_s16",
