@@ -349,12 +349,18 @@ class Scale(Primitive):
         return self.eps**2
 
 
+def _num(v) -> str:
+    """A node parameter for display: numbers as %g, symbols by name."""
+    v = sp.sympify(v)
+    return f"{float(v):g}" if not v.free_symbols else str(v)
+
+
 def _short(p) -> str:
     """A node as the composition call that builds it (for error messages and names)."""
     if p is None:
         return "nothing"
     if isinstance(p, Dense):
-        args = [] if (p.sigma_w, p.sigma_b) == (S.sigma_w, S.sigma_b) else [str(p.sigma_w), str(p.sigma_b)]
+        args = [] if (p.sigma_w, p.sigma_b) == (S.sigma_w, S.sigma_b) else [_num(p.sigma_w), _num(p.sigma_b)]
         args += [] if p.axis == "features" else [f"axis={p.axis!r}"]
         return f"dense({', '.join(args)})"
     if isinstance(p, ActivationLayer):
@@ -368,11 +374,13 @@ def _short(p) -> str:
     if isinstance(p, BatchNorm):
         return "batch_norm()"
     if isinstance(p, Scale):
-        return "scale()" if p.eps == S.eps else f"scale({p.eps})"
+        return "scale()" if p.eps == S.eps else f"scale({_num(p.eps)})"
     if isinstance(p, Residual):
-        mu = "" if p.mu == S.mu else f", mu={p.mu}"
+        mu = "" if p.mu == S.mu else f", mu={_num(p.mu)}"
         return "residual(" + ", ".join(_short(q) for q in p.branch.layers) + mu + ")"
     if isinstance(p, Chain):
+        if len(p.layers) == 1:
+            return _short(p.layers[0])
         return "serial(" + ", ".join(_short(q) for q in p.layers) + ")"
     return type(p).__name__
 

@@ -432,7 +432,49 @@ def _kind_width_scan(case, device, dtype):
     return ok, lines, out
 
 
+def _kind_torch_module(case, device, dtype):
+    """Monte Carlo on a torch model read by from_torch (the model itself, not a rebuilt twin).
+
+    ``"module": "package.module:factory"`` with ``"kwargs"``; the model is
+    read with :func:`~meanfield.from_torch`, drawn ``n_init`` times with
+    :func:`~meanfield.verification.initialise_`, and K^l, J^{1,l} at its
+    block boundaries are compared with the theory of the tree it was read as.
+    """
+    import importlib
+
+    from .from_torch import from_torch, monte_carlo_module
+
+    mod_name, _, attr = case["module"].partition(":")
+    factory = getattr(importlib.import_module(mod_name), attr)
+    model = factory(**case.get("kwargs", {})).to(dtype)
+    N0, B = int(case["input_dim"]), int(case.get("batch", 4))
+    x = torch.randn(B, N0, generator=torch.Generator().manual_seed(int(case.get("seed", 0))), dtype=dtype)
+    x = x * (N0 ** 0.5 / x.norm(dim=-1, keepdim=True))
+    sw, sb = float(case["sigma_w"]), float(case["sigma_b"])
+    net = from_torch(model, x)
+    t0 = time.time()
+    r = monte_carlo_module(model, x, sw, sb, n_init=int(case["n_init"]), seed=int(case.get("seed", 0)))
+    L = len(r.K)
+    th = theory_profile(net, sw, sb, L, K0=sw**2 * r.input_norm + sb**2)
+    z, c = _tol(case)
+    layers = np.arange(1, L + 1)
+    out = {"sigma_w": sw, "sigma_b": sb, "tree": str(net), "theory_source": th["source"],
+           "seconds_mc": time.time() - t0, "quantities": {}}
+    lines, ok_all = [f"read by from_torch as {net} (depth {net.depth})"], True
+    for q, mc, se in (("K", r.K, r.K_se), ("J", r.J, r.J_se)):
+        t = th[q][:L]
+        cmp_ = _compare(mc, se, t, layers, r.width, z, c)
+        ok_all &= cmp_["n_bad"] == 0
+        w = cmp_["worst"]
+        lines.append(f"{q}: {cmp_['n_bad']}/{L} points outside the band; largest deviation at l={layers[w]}: "
+                     f"MC {_fmt(mc[w])} +- {_fmt(se[w], 2)} vs theory {_fmt(t[w])}")
+        out["quantities"][q] = {"layers": _jl(layers), "mc": _jl(mc), "se": _jl(se), "theory": _jl(t),
+                                "ok": [bool(v) for v in cmp_["ok"]], "n_bad": cmp_["n_bad"]}
+    return ok_all, lines, out
+
+
 KINDS = {
+    "torch_module": _kind_torch_module,
     "width_scan": _kind_width_scan,
     "profile": _kind_profile,
     "exponent": _kind_exponent,
