@@ -24,6 +24,8 @@ MODULES = [
     ("meanfield.scaling", None),
     ("meanfield.verification", None),
     ("meanfield.verification.autoinit", None),
+    ("meanfield.verification.from_torch", None),
+    ("meanfield.verification.torch_activations", None),
 ]
 
 

@@ -487,7 +487,7 @@ def monte_carlo_module(module, x, sigma_w, sigma_b, n_init=16, seed=0, n_probes=
             cap = _Capture(gm, None, None, set(w))
             cap.run(x)
         hs = [cap.seen[n] for n in w]
-        Ks.append([float(h.pow(2).mean()) for h in hs])
+        Ks.append([float(h.detach().pow(2).mean()) for h in hs])
         h1 = hs[0].detach()
 
         def rest(h, gm=gm, w=w):
@@ -500,7 +500,7 @@ def monte_carlo_module(module, x, sigma_w, sigma_b, n_init=16, seed=0, n_probes=
             v = torch.randn(h1.shape, generator=gen, dtype=h1.dtype)
             _, tangents = torch.func.jvp(rest, (h1,), (v,))
             # J^{1,1} = 1 by definition; E||J v||^2 / N_l = tr(J J^T) / N_l for v ~ N(0, I)
-            acc += np.array([1.0] + [float(t.pow(2).sum() / t.numel()) for t in tangents])
+            acc += np.array([1.0] + [float(t.detach().pow(2).sum() / t.numel()) for t in tangents])
         Js.append(acc / int(n_probes))
     Ks, Js = np.array(Ks), np.array(Js)
     n = Ks.shape[0]
