@@ -143,3 +143,33 @@ def test_rms_norm_state_map():
     rec = mf.recursion([mf.act("relu"), mf.rms_norm(), mf.dense()])
     assert sp.simplify(rec.kernel - (sw**2 + sb**2)) == 0
     assert sp.simplify(rec.chi_J - sw**2 / K) == 0  # E[relu'^2] / E[relu^2] = (1/2)/(K/2)
+
+
+def test_every_solver_takes_a_network():
+    net = mf.Network(mf.residual(mf.layer_norm(), mf.act("erf"), mf.dense()), mu=0.5)
+    arch = mf.Architecture("erf", norm="ln_pre", mu=0.5)
+    pa = mf.phase_diagram(arch, sigma_w=[0.8, 1.6], sigma_b=[0.1, 0.5])
+    pn = mf.phase_diagram(net, sigma_w=[0.8, 1.6], sigma_b=[0.1, 0.5])
+    np.testing.assert_array_equal(pa.chi_J, pn.chi_J)
+    ea = mf.exponents(arch, sigma_w=1.0, sigma_b=0.2)
+    en = mf.exponents(net, sigma_w=1.0, sigma_b=0.2)
+    assert ea.regime == en.regime
+    np.testing.assert_array_equal(mf.fixed_point(arch, 1.2, 0.3), mf.fixed_point(net, 1.2, 0.3))
+
+
+def test_cli_spec(tmp_path):
+    import subprocess
+    import sys
+
+    net = mf.Network(mf.residual(mf.layer_norm(), mf.act("erf"), mf.dense()), mu=0.5)
+    spec = tmp_path / "net.json"
+    spec.write_text(json.dumps(mf.to_json(net)))
+    proc = subprocess.run([sys.executable, "-m", "meanfield", "critical-line", "--spec", str(spec),
+                           "--sigma-w", "1.0,2.0", "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    ref = mf.critical_line(net, sigma_w=[1.0, 2.0])
+    np.testing.assert_allclose(data["sigma_b"], ref.sigma_b, rtol=0, atol=0)
+    bad = subprocess.run([sys.executable, "-m", "meanfield", "recursion", "--spec", str(spec), "--mu", "0.3"],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "--spec replaces" in bad.stderr
