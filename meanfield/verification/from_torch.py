@@ -350,21 +350,21 @@ def _read(module, example_input):
                          f"found {C._short(layers[0])}")
     in_node = ends[0]
     body, body_ends = layers[1:], ends[1:]
-    best = None
-    for cut in (0, 1):  # with and without a trailing read-out Linear
+    # candidates (repeats, period, read-out cut), most repeats first; only the chosen block is
+    # validated (a symbolic pass over a deep whole stack grows fast, so never do it needlessly)
+    cands = []
+    for cut in (0, 1):  # without and with a trailing read-out Linear
         if cut and not (body and isinstance(body[-1], C.Dense)):
             continue
         seq = body[: len(body) - cut]
-        if not seq:
-            continue
-        p = _period(seq)
-        if _valid(seq[:p]):
-            cand = (len(seq) // p, p, cut)
-            if best is None or cand[0] > best[0]:
-                best = cand
-    if best is None:
-        raise ValueError(f"{type(module).__name__}: the layers after the input layer, "
-                         f"{C._short(C.Chain(tuple(body)) if body else None)}, do not form a valid block")
+        if seq:
+            p = _period(seq)
+            cands.append((len(seq) // p, -cut, p, cut))
+    best = None
+    for reps, _, p, cut in sorted(cands, reverse=True):
+        if _valid(body[:p]):
+            best = (reps, p, cut)
+            break
     n, p, cut = best
     block = C.serial(*body[:p])
     mus = sorted({float(q.mu) for q in block.primitives() if isinstance(q, C.Residual)})
