@@ -163,10 +163,18 @@ def _rows():
 #: registry name -> :class:`TorchActivation`
 TORCH_ACTIVATIONS: dict = _rows()
 
+def _either(tfn, mfn):
+    """A torch function that also takes the plain numbers sympy's printer leaves (sqrt(2), pi)."""
+    return lambda v: tfn(v) if isinstance(v, torch.Tensor) else mfn(v)
+
+
 _SYMPY_TORCH = {
-    "exp": torch.exp, "log": torch.log, "tanh": torch.tanh, "erf": torch.special.erf, "erfc": torch.special.erfc,
-    "sqrt": torch.sqrt, "sin": torch.sin, "cos": torch.cos, "Abs": torch.abs, "atan": torch.atan,
-    "asinh": torch.asinh, "sinh": torch.sinh, "cosh": torch.cosh,
+    "exp": _either(torch.exp, math.exp), "log": _either(torch.log, math.log),
+    "tanh": _either(torch.tanh, math.tanh), "erf": _either(torch.special.erf, math.erf),
+    "erfc": _either(torch.special.erfc, math.erfc), "sqrt": _either(torch.sqrt, math.sqrt),
+    "sin": _either(torch.sin, math.sin), "cos": _either(torch.cos, math.cos), "Abs": _either(torch.abs, abs),
+    "atan": _either(torch.atan, math.atan), "asinh": _either(torch.asinh, math.asinh),
+    "sinh": _either(torch.sinh, math.sinh), "cosh": _either(torch.cosh, math.cosh),
 }
 
 
