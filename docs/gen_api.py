@@ -26,6 +26,8 @@ MODULES = [
     ("meanfield.verification", None),
     ("meanfield.verification.autoinit", None),
     ("meanfield.verification.distributed", None),
+    ("meanfield.verification.from_torch", None),
+    ("meanfield.verification.torch_activations", None),
 ]
 
 

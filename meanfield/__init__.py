@@ -7,6 +7,9 @@ on real networks and AutoInit. ``import meanfield`` never imports torch.
 """
 from .activations import Activation, activation, available_activations
 from .calculus import Architecture, as_architecture
+# the composition API: a network is a tree of primitives (docs/architecture.md)
+from .calculus import (Network, act, batch_norm, dense, from_json, layer_norm, mixer, mlp, resmlp, residual,
+                       rms_norm, scale, serial, to_json)
 from .symbolic import Recursion, recursion
 from . import symbols
 # numeric solvers: numba is imported (and kernels compiled) on first use only
@@ -18,7 +21,22 @@ __version__ = "0.1.0"
 __all__ = [
     "Activation",
     "Architecture",
+    "Network",
     "Recursion",
+    "act",
+    "batch_norm",
+    "dense",
+    "from_json",
+    "from_torch",
+    "layer_norm",
+    "mixer",
+    "mlp",
+    "resmlp",
+    "residual",
+    "rms_norm",
+    "scale",
+    "serial",
+    "to_json",
     "activation",
     "as_architecture",
     "available_activations",
@@ -30,6 +48,14 @@ __all__ += list(_solver_names)
 #: submodules loaded on first attribute access (``mf.shaping.tat_transform``):
 #: shaping and scaling are pure maths; verification imports torch.
 _LAZY_SUBMODULES = ("shaping", "scaling", "verification")
+
+
+def from_torch(module, example_input, **kwargs):
+    """The primitive tree of a torch model (imports torch): see
+    :func:`meanfield.verification.from_torch.from_torch`."""
+    from .verification.from_torch import from_torch as _from_torch
+
+    return _from_torch(module, example_input, **kwargs)
 
 
 def __getattr__(name):

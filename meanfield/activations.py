@@ -53,6 +53,8 @@ __all__ = [
     "Gelu",
     "UserActivation",
     "user_activation",
+    "Elu",
+    "HardTanh",
     "ACTIVATIONS",
     "activation",
     "available_activations",
@@ -309,6 +311,132 @@ class Gelu(Activation):
         return "Gelu()"
 
 
+def _tilt(a, K):
+    r"""E[e^{a h} 1{h<0}] = e^{a^2 K/2} Phi(-a sqrt K) for h ~ N(0, K), a > 0, in float64-safe form.
+
+    With u = a^2 K / 2 this is e^u erfc(sqrt u) / 2. Past u = 300 the factors
+    overflow and underflow (e^u, erfc), so there the asymptotic (Mills ratio)
+    series e^u erfc(sqrt u) = (pi u)^{-1/2} sum_n (-1)^n (2n-1)!! / (2u)^n
+    is used, 9 terms: its truncation error is below 1e-19 relative for u >= 300
+    (DLMF 7.12.1).
+    """
+    u = a**2 * K / 2
+    exact = sp.exp(u) * sp.erfc(sp.sqrt(u)) / 2
+    # Max(u, 300) equals u on this branch; it keeps the compiled code (which hoists common
+    # subexpressions out of both branches) from evaluating 1/u^n at u = 0
+    v = sp.Max(u, 300)
+    asym = sum((-1) ** n * sp.factorial2(2 * n - 1) / (2 * v) ** n for n in range(9)) / (2 * sp.sqrt(_pi * v))
+    return sp.Piecewise((exact, u < 300), (asym, True))
+
+
+def _neg_part_moments(K):
+    r"""(E[(e^h - 1)^2 1{h<0}], E[(e^h - 1) 1{h<0}]) for h ~ N(0, K), without cancellation at small K.
+
+    Closed forms: e^{2K}Phi(-2s) - 2 e^{K/2}Phi(-s) + 1/2 and e^{K/2}Phi(-s) - 1/2
+    (s = sqrt K) lose ~1e-16/K relative accuracy to cancellation as K -> 0;
+    below K = 1e-3 the power series sum_m c_m E[h^m 1{h<0}] is used, with
+    E[h^m 1{h<0}] = (-1)^m (2K)^{m/2} Gamma((m+1)/2) / (2 sqrt pi) and
+    (e^h - 1)^2 = sum_{m>=2} (2^m - 2) h^m / m!, e^h - 1 = sum_{m>=1} h^m / m!;
+    14 terms leave a truncation error below 1e-20 relative there.
+    """
+    def neg_moment(m):
+        return (-1) ** m * (2 * K) ** sp.Rational(m, 2) * sp.gamma(sp.Rational(m + 1, 2)) / (2 * sp.sqrt(_pi))
+
+    sq = sum((2**m - 2) / sp.factorial(m) * neg_moment(m) for m in range(2, 16))
+    lin = sum(neg_moment(m) / sp.factorial(m) for m in range(1, 15))
+    small = K < sp.Rational(1, 1000)
+    return (sp.Piecewise((sq, small), (_tilt(2, K) - 2 * _tilt(1, K) + sp.Rational(1, 2), True)),
+            sp.Piecewise((lin, small), (_tilt(1, K) - sp.Rational(1, 2), True)))
+
+
+@dataclass(frozen=True, repr=False)
+class Elu(Activation):
+    r"""ELU, phi(x) = x (x > 0), alpha (e^x - 1) (x <= 0) (Clevert et al. 2016); SELU = lambda ELU.
+
+    ``gain`` is SELU's lambda (1 for ELU). With h ~ N(0, K), s = sqrt K, the
+    one-point moments follow from E[e^{a h} 1{h<0}] = e^{a^2 K/2} Phi(-a s)
+    (complete the square: h e^{ah} tilts N(0, K) to N(aK, K)) and
+    E[h^2 1{h>0}] = K/2, E[h 1{h>0}] = s/sqrt(2 pi):
+
+    E[phi^2]/gain^2  = K/2 + alpha^2 [e^{2K} Phi(-2s) - 2 e^{K/2} Phi(-s) + 1/2]
+    E[phi'^2]/gain^2 = 1/2 + alpha^2 e^{2K} Phi(-2s)
+    E[phi]/gain      = s/sqrt(2 pi) + alpha [e^{K/2} Phi(-s) - 1/2]
+
+    (for SELU, E[phi] = 0 and E[phi^2] = 1 at K = 1 with Klambauer et al.'s
+    constants: the self-normalising fixed point, their eqs. 4-5). In float64
+    these forms cancel at small K and overflow at large K, so the
+    expressions are Piecewise: a power series below K = 1e-3 and the Mills
+    ratio series past a^2 K / 2 = 300 (:func:`_tilt`, :func:`_neg_part_moments`). The
+    two-point kernels involve the bivariate normal CDF and are left to
+    quadrature. Checked against mpmath in tests/test_activations_new.py.
+    """
+
+    alpha: sp.Expr = sp.Integer(1)
+    gain: sp.Expr = sp.Integer(1)
+
+    def second_moment(self, K):
+        sq, _ = _neg_part_moments(K)
+        return self.gain**2 * (K / 2 + self.alpha**2 * sq)
+
+    def derivative_second_moment(self, K):
+        return self.gain**2 * (sp.Rational(1, 2) + self.alpha**2 * _tilt(2, K))
+
+    def mean(self, K):
+        _, lin = _neg_part_moments(K)
+        return self.gain * (sp.sqrt(K) / sp.sqrt(2 * _pi) + self.alpha * lin)
+
+    def __repr__(self):
+        return f"Elu({self.name!r}, alpha={self.alpha}, gain={self.gain})"
+
+
+@dataclass(frozen=True, repr=False)
+class HardTanh(Activation):
+    r"""Hard tanh, phi(x) = max(-1, min(1, x)) (torch.nn.Hardtanh with its default range).
+
+    With h ~ N(0, K) and t = 1/sqrt(K), from
+    int_{-t}^{t} z^2 dPhi(z) = erf(t/sqrt 2) - 2 t phi_N(t) (integration by parts):
+
+    E[phi^2]  = K erf(1/sqrt(2K)) - sqrt(2K/pi) e^{-1/(2K)} + erfc(1/sqrt(2K))
+    E[phi'^2] = P(|h| < 1) = erf(1/sqrt(2K))
+    E[phi]    = 0 (odd)
+
+    Two-point kernels are left to quadrature. Checked against mpmath in
+    tests/test_activations_new.py.
+    """
+
+    def second_moment(self, K):
+        u = 1 / sp.sqrt(2 * K)
+        return K * sp.erf(u) - sp.sqrt(2 * K / _pi) * sp.exp(-1 / (2 * K)) + sp.erfc(u)
+
+    def derivative_second_moment(self, K):
+        return sp.erf(1 / sp.sqrt(2 * K))
+
+    def mean(self, K):
+        return sp.Integer(0)
+
+    def __repr__(self):
+        return "HardTanh()"
+
+
+#: SELU's constants (Klambauer et al. 2017, eq. 14; the values torch.nn.SELU uses)
+SELU_ALPHA = sp.Float("1.6732632423543772848170429916717", 30)
+SELU_LAMBDA = sp.Float("1.0507009873554804934193349852946", 30)
+
+
+def _elu(alpha=1.0):
+    from ._validate import is_number
+
+    if not is_number(alpha) or float(alpha) < 0:
+        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
+    a = sp.nsimplify(alpha)
+    return Elu("elu", sp.Piecewise((x, x > 0), (a * (sp.exp(x) - 1), True)), a, sp.Integer(1))
+
+
+def _selu():
+    a, g = SELU_ALPHA, SELU_LAMBDA
+    return Elu("selu", g * sp.Piecewise((x, x > 0), (a * (sp.exp(x) - 1), True)), a, g)
+
+
 # ---------------------------------------------------------------------------
 # User expressions.
 # ---------------------------------------------------------------------------
@@ -492,6 +620,12 @@ ACTIVATIONS: dict[str, Callable[..., Activation]] = {
     "silu": lambda: Activation("silu", x / (1 + sp.exp(-x))),
     "swish": lambda: Activation("swish", x / (1 + sp.exp(-x))),
     "softplus": lambda: Activation("softplus", sp.log(1 + sp.exp(x))),
+    # torch's GELU(approximate='tanh') (Hendrycks & Gimpel 2016, eq. in sec. 2); moments by quadrature
+    "gelu_tanh": lambda: Activation("gelu_tanh", x / 2 * (1 + sp.tanh(sp.sqrt(2 / _pi)
+                                                                     * (x + sp.Rational(44715, 10**6) * x**3)))),
+    "elu": _elu,
+    "selu": _selu,
+    "hardtanh": lambda: HardTanh("hardtanh", sp.Piecewise((-1, x < -1), (x, x <= 1), (1, True))),
 }
 
 

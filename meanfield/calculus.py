@@ -61,9 +61,28 @@ __all__ = [
     "LayerNormPost",
     "BatchNorm",
     "Scale",
+    "LayerNorm",
+    "RMSNorm",
     "Chain",
     "Residual",
+    "TreeSpec",
     "Architecture",
+    "Network",
+    "serial",
+    "residual",
+    "dense",
+    "act",
+    "layer_norm",
+    "rms_norm",
+    "batch_norm",
+    "scale",
+    "mlp",
+    "resmlp",
+    "mixer",
+    "tree_to_json",
+    "tree_from_json",
+    "to_json",
+    "from_json",
     "NORMS",
     "BLOCKS",
     "mlp_block",
@@ -223,7 +242,8 @@ class LayerNormPost(Primitive):
         if _centres_pair(self, s):
             return s.to(sp.Integer(1), sp.Integer(0))
         var = s.K - s.mean**2
-        return s.to(sp.Integer(1), (s.K12 - s.mean**2) / var)
+        # the output is a rescaled copy of the input: Gaussian iff the input was
+        return s.to(sp.Integer(1), (s.K12 - s.mean**2) / var, gaussian=s.gaussian)
 
     def chi(self, s):
         # along the pair axis the shared part (second moment K12, which
@@ -255,6 +275,65 @@ class BatchNorm(Primitive):
 
 
 @dataclass(frozen=True)
+class LayerNorm(Primitive):
+    """LayerNorm wherever it sits: (x - E x) / sqrt(Var x) over the features (eqs. 19, 50).
+
+    On a preactivation (mean 0) it is :class:`LayerNormPre`, on phi(h) it is
+    :class:`LayerNormPost`; the state's mean (0 for a Gaussian) selects the
+    formula, so one node serves both positions:
+    (K, K12, m) -> (1, (K12 - m^2)/(K - m^2)), chi = 1/(K - m^2).
+    Along the pair axis (the Mixer's channel LayerNorm) it centres the pair:
+    (K, K12) -> (1, 0), chi = 1/(K - K12).
+    """
+
+    axis: str = "features"
+    elementwise = True
+
+    def forward(self, s):
+        if _centres_pair(self, s):
+            return s.to(sp.Integer(1), sp.Integer(0), gaussian=s.gaussian)
+        var = s.K - s.mean**2
+        return s.to(sp.Integer(1), (s.K12 - s.mean**2) / var, gaussian=s.gaussian)
+
+    def chi(self, s):
+        return 1 / (s.K - s.K12) if _centres_pair(self, s) else 1 / (s.K - s.mean**2)
+
+
+@dataclass(frozen=True)
+class RMSNorm(Primitive):
+    r"""RMSNorm without gain, x -> x / sqrt(mean_i x_i^2) (Zhang & Sennrich 2019, eq. 4).
+
+    At infinite width the mean of x_i^2 over the N features is its
+    expectation K (law of large numbers), so x -> x / sqrt(K) with a
+    deterministic divisor, before phi (pre: on a Gaussian preactivation) or
+    after it (post: on phi(h), whose mean m is kept, not subtracted):
+
+        (K, K12, m) -> (1, K12 / K, m / sqrt(K)),    chi = 1 / K.
+
+    The Jacobian is I/r - x x^T/(N r^3) with r^2 = mean x^2; the rank-one
+    term contributes O(1/N) to the APJN (as for LayerNorm, partial-Jacobian
+    D.4), so the factor is 1/r^2 = 1/K. Unlike LayerNorm it does not centre,
+    so on a Gaussian it coincides with LayerNormPre and after phi it differs
+    from LayerNormPost by the mean. Only over the features: along the Mixer's
+    pair of channels the divisor would depend on the channels' shared part,
+    which does not self-average.
+    """
+
+    axis: str = "features"
+    elementwise = True
+
+    def forward(self, s):
+        if _centres_pair(self, s) or s.pair_axis == "channels":
+            raise ValueError("RMSNorm runs over the channels of each token, the pair's own axis here; its divisor "
+                             "depends on the channels' shared part and does not self-average (no "
+                             "deterministic infinite-width limit)")
+        return s.to(sp.Integer(1), s.K12 / s.K, s.mean / sp.sqrt(s.K), gaussian=s.gaussian)
+
+    def chi(self, s):
+        return 1 / s.K
+
+
+@dataclass(frozen=True)
 class Scale(Primitive):
     """Multiplication by a scalar eps (LayerScale at initialisation, branch multipliers)."""
 
@@ -270,10 +349,46 @@ class Scale(Primitive):
         return self.eps**2
 
 
+def _num(v) -> str:
+    """A node parameter for display: numbers as %g, symbols by name."""
+    v = sp.sympify(v)
+    return f"{float(v):g}" if not v.free_symbols else str(v)
+
+
+def _short(p) -> str:
+    """A node as the composition call that builds it (for error messages and names)."""
+    if p is None:
+        return "nothing"
+    if isinstance(p, Dense):
+        args = [] if (p.sigma_w, p.sigma_b) == (S.sigma_w, S.sigma_b) else [_num(p.sigma_w), _num(p.sigma_b)]
+        args += [] if p.axis == "features" else [f"axis={p.axis!r}"]
+        return f"dense({', '.join(args)})"
+    if isinstance(p, ActivationLayer):
+        return f"act({p.phi.name!r})"
+    if isinstance(p, (LayerNormPre, LayerNormPost, LayerNorm)):
+        where = {LayerNormPre: ", position='pre'", LayerNormPost: ", position='post'"}.get(type(p), "")
+        axis = "" if p.axis == "features" else f", axis={p.axis!r}"
+        return f"layer_norm({where[2:]}{axis})" if where or axis else "layer_norm()"
+    if isinstance(p, RMSNorm):
+        return "rms_norm()"
+    if isinstance(p, BatchNorm):
+        return "batch_norm()"
+    if isinstance(p, Scale):
+        return "scale()" if p.eps == S.eps else f"scale({_num(p.eps)})"
+    if isinstance(p, Residual):
+        mu = "" if p.mu == S.mu else f", mu={_num(p.mu)}"
+        return "residual(" + ", ".join(_short(q) for q in p.branch.layers) + mu + ")"
+    if isinstance(p, Chain):
+        if len(p.layers) == 1:
+            return _short(p.layers[0])
+        return "serial(" + ", ".join(_short(q) for q in p.layers) + ")"
+    return type(p).__name__
+
+
 def _require_gaussian(prim, s: Signal):
     if not s.gaussian:
-        raise ValueError(f"{type(prim).__name__} needs a Gaussian preactivation as input; "
-                         "put a Dense layer before it")
+        raise ValueError(f"{_short(prim)} needs a Gaussian preactivation as input; "
+                         "put a dense layer before it")
 
 
 # ---------------------------------------------------------------------------
@@ -286,12 +401,18 @@ class Chain(Primitive):
     layers: Tuple[Primitive, ...]
 
     def __post_init__(self):
-        flat = [p for p in self.layers]
+        flat = tuple(self.layers)
+        object.__setattr__(self, "layers", flat)
+        if not flat:
+            raise ValueError("a Chain needs at least one layer")
         for i, p in enumerate(flat):
+            if not isinstance(p, Primitive):
+                raise ValueError(f"layer {i} of a Chain is {p!r}, not a primitive (dense(), act(...), ...)")
             if p.elementwise and not any(isinstance(q, Dense) for q in flat[i + 1:]):
                 raise ValueError(
-                    f"{type(p).__name__} at position {i} is not followed by a Dense layer in its block; "
-                    "the APJN only factorises when fresh weights follow element-wise maps")
+                    f"{_short(p)} at position {i} of serial({', '.join(_short(q) for q in flat)}) is not followed "
+                    "by a dense layer in its block; the APJN only factorises when fresh weights follow "
+                    "element-wise maps")
 
     def _states(self, s):
         states = [s]
@@ -331,8 +452,17 @@ class Residual(Primitive):
     mu: sp.Expr = S.mu
 
     def __post_init__(self):
-        if not isinstance(self.branch.layers[-1], (Dense, Scale)):
-            raise ValueError("a Residual branch must end in a Dense (or Scale after Dense) layer")
+        branch = self.branch if isinstance(self.branch, Chain) else Chain((self.branch,))
+        object.__setattr__(self, "branch", branch)
+        check_real("mu", self.mu, minimum=0, maximum=1)
+        # the skip's cross terms E[branch(h) h] vanish only when the branch ends in
+        # fresh zero-mean weights (a Scale after them keeps the mean zero)
+        tail = [p for p in branch.layers if not isinstance(p, Scale)]
+        if not tail or not isinstance(branch.layers[-1], (Dense, Scale)) or not isinstance(tail[-1], Dense):
+            last = branch.layers[-1] if branch.layers else None
+            raise ValueError(f"Residual(mu={self.mu}): its branch ends in {_short(last)}, not in zero-mean weights; "
+                             "end the branch with a dense layer (optionally followed by a scale), so that "
+                             "branch(h) is uncorrelated with the skip h")
 
     def forward(self, s):
         out = self.branch.forward(s)
@@ -356,16 +486,19 @@ NORMS = ("none", "ln_pre", "ln_post", "bn")
 BLOCKS = ("mlp", "resmlp", "mixer")
 
 
+#: norm name -> one norm -> phi -> Dense stage of an MLP block (an entry per menu item)
+_STAGES = {
+    "none": lambda act: [act, Dense()],
+    "ln_pre": lambda act: [LayerNormPre(), act, Dense()],
+    "ln_post": lambda act: [act, LayerNormPost(), Dense()],
+    "bn": lambda act: [BatchNorm(), act, Dense()],
+}
+
+
 def _stage(phi: Activation, norm: str) -> list:
     """One norm -> phi -> Dense stage of an MLP block."""
-    act = ActivationLayer(phi)
-    if norm == "none":
-        return [act, Dense()]
-    if norm == "ln_pre":
-        return [LayerNormPre(), act, Dense()]
-    if norm == "ln_post":
-        return [act, LayerNormPost(), Dense()]
-    return [BatchNorm(), act, Dense()]
+    check_choice("norm", norm, tuple(_STAGES))
+    return _STAGES[norm](ActivationLayer(_make_activation(phi)))
 
 
 def mlp_block(phi, norm: str = "none", residual: bool = False, stages: int = 1) -> Primitive:
@@ -437,9 +570,509 @@ def mixer_block(phi, residual: bool = True) -> Primitive:
 # ---------------------------------------------------------------------------
 # The spec.
 # ---------------------------------------------------------------------------
+
+class TreeSpec:
+    """What every spec (an :class:`Architecture` or a :class:`Network`) reads off its tree.
+
+    Subclasses define :meth:`block_spec` (the repeated block as a primitive
+    tree), ``mu`` and ``eps`` (the values of the symbols S.mu and S.eps in
+    that tree, None where unset) and :meth:`parameters`. Nothing downstream
+    asks for names of menu items: whether a block couples the inputs of a
+    batch, has tokens or needs the pair state is read here, from the nodes.
+    """
+
+    def block_spec(self) -> Primitive:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    @property
+    def tree(self) -> Primitive:
+        """The repeated block (same as :meth:`block_spec`)."""
+        return self.block_spec()
+
+    def nodes(self) -> tuple:
+        """Every primitive of the block, depth first (Residual nodes included, Chains flattened)."""
+        return tuple(self.block_spec().primitives())
+
+    @property
+    def pair_axis(self) -> str:
+        """What the two members of the pair state differ in.
+
+        'channels' when some layer mixes or normalises along channels of one
+        token (the MLP-Mixer's channel MLP), else 'batch' (two inputs).
+        """
+        return "channels" if any(getattr(p, "axis", None) == "channels" for p in self.nodes()) else "batch"
+
+    @property
+    def couples_batch(self) -> bool:
+        """True when a layer mixes the inputs of a batch (BatchNorm): Monte Carlo needs batch >= 2."""
+        return any(isinstance(p, BatchNorm) for p in self.nodes())
+
+    @property
+    def has_tokens(self) -> bool:
+        """True when a layer acts along tokens (ResMLP, Mixer): inputs carry a token axis."""
+        return any(getattr(p, "axis", None) in ("tokens", "channels") for p in self.nodes())
+
+    @property
+    def needs_pair(self) -> bool:
+        """True when the pair covariance K12 feeds back into K or chi_J (read from the recursion)."""
+        from .symbolic import recursion
+
+        rec = recursion(self)
+        return rec.kernel.has(S.K12) or rec.chi_J.has(S.K12)
+
+    def activations(self) -> tuple:
+        """The distinct activations of the block, in order."""
+        out = []
+        for p in self.nodes():
+            if isinstance(p, ActivationLayer) and p.phi not in out:
+                out.append(p.phi)
+        return tuple(out)
+
+    def initial_pair_covariance(self, sigma_w, sigma_b, input_overlap=0.0):
+        """K12 at the first layer's output h^1 (default for the solvers' ``K12_0``).
+
+        Two unit-norm inputs with overlap x.x'/N0 = ``input_overlap`` share the
+        first layer's W and b: K12^1 = sigma_w^2 overlap + sigma_b^2. Two
+        channels of the Mixer's per-token input layer have independent rows
+        and biases: K12^1 = 0.
+        """
+        if self.pair_axis == "channels":
+            return 0.0 * (sigma_w + sigma_b)
+        return sigma_w**2 * input_overlap + sigma_b**2
+
+    def mixer_limit_is_exact(self, sigma_b, token_overlap=0.0):
+        """Whether the recursion of this block is its infinite-width limit at bias scale ``sigma_b``.
+
+        Always True for blocks without a channel-pair state ('mlp', 'resmlp').
+        For the Mixer (pair axis 'channels'; tokens and channels -> infinity)
+        True only when sigma_b = 0, phi is odd
+        (E[phi] = 0 at every variance) and the input's tokens are
+        uncorrelated (``token_overlap`` = x_t . x_s / N0 for t != s is 0, as
+        in :func:`meanfield.verification.monte_carlo`; patches of real images
+        are correlated): otherwise each channel carries a part common to all
+        tokens that the pair-of-channels state drops, and the recursion is an
+        approximation (see :func:`mixer_block`).
+
+        ``sigma_b``, ``token_overlap``: numbers or arrays (sigma_b >= 0,
+        overlap in [-1, 1]); returns a bool or a bool array of their
+        broadcast shape.
+        """
+        def arr(name, v, lo, hi):
+            a = np.asarray(v, dtype=float) if is_number(v) or np.ndim(v) else None
+            if a is None or not np.all(np.isfinite(a)) or np.any(a < lo) or np.any(a > hi):
+                rng = f">= {lo:g}" if hi == np.inf else f"in [{lo:g}, {hi:g}]"
+                raise ValueError(f"{name} must be a finite number {rng} (or an array of them), got {v!r}")
+            return a
+
+        sb = arr("sigma_b", sigma_b, 0.0, np.inf)
+        rho = arr("token_overlap", token_overlap, -1.0, 1.0)
+        sb, rho = np.broadcast_arrays(sb, rho)
+        if self.pair_axis != "channels":   # no channel-pair state: the recursion is the limit
+            exact = np.ones(sb.shape, dtype=bool)
+        else:
+            exact = (sb == 0) & (rho == 0) & self._odd_activations()
+        return bool(exact) if exact.ndim == 0 else exact
+
+    def _odd_activations(self) -> bool:
+        """phi(-x) = -phi(x) for every activation of the block, checked on a grid
+        (symbolic simplification can fail to decide)."""
+        xs = np.linspace(-6.0, 6.0, 49)
+        for phi in self.activations():
+            f = phi.numpy()
+            with np.errstate(all="ignore"):
+                a, b = np.asarray(f(xs), float), np.asarray(f(-xs), float)
+            if not (np.all(np.isfinite(a)) and np.all(np.abs(a + b) <= 1e-12 * (1 + np.abs(a)))):
+                return False
+        return True
+
+    def require_values(self, what: str = "this computation"):
+        """ValueError if the tree uses S.mu or S.eps and no value is set for it."""
+        used = set()
+        for p in self.nodes():
+            for v in (getattr(p, "mu", None), getattr(p, "eps", None)):
+                if isinstance(v, sp.Basic):
+                    used |= v.free_symbols & {S.mu, S.eps}
+        for sym, val in ((S.mu, self.mu), (S.eps, self.eps)):
+            if sym in used and val is None:
+                raise ValueError(f"{what} needs a value for {sym}: the tree of {self} uses the symbol {sym}; "
+                                 f"pass Network(..., {sym}=value) or a number in the node")
+
+    def to_json(self) -> dict:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------
+# Composition API.
+# ---------------------------------------------------------------------------
+def _param(name, value, default_symbol):
+    """A node parameter: None -> the symbol; a string -> that symbol; a number -> sympy number."""
+    if value is None:
+        return default_symbol
+    if isinstance(value, str):
+        names = {"sigma_w": S.sigma_w, "sigma_b": S.sigma_b, "mu": S.mu, "eps": S.eps}
+        if value not in names:
+            raise ValueError(f"{name}={value!r}: a string must name a symbol ({', '.join(names)})")
+        return names[value]
+    if isinstance(value, sp.Basic):
+        return value
+    if not is_number(value):
+        raise ValueError(f"{name} must be a finite real number, a symbol or None, got {value!r}")
+    return sp.nsimplify(value) if float(value) == int(float(value)) else sp.Float(float(value))
+
+
+_AXES = ("features", "tokens", "channels")
+
+
+def dense(sigma_w=None, sigma_b=None, axis: str = "features") -> Dense:
+    """A fresh Gaussian linear layer W x + b, W ~ N(0, sigma_w^2/fan_in), b ~ N(0, sigma_b^2).
+
+    sigma_w, sigma_b default to the symbols that the solvers scan; a number
+    fixes this layer's scale. ``axis`` is what it mixes: 'features' (MLP),
+    'tokens' (token mixing) or 'channels' (the Mixer's channel MLP).
+    """
+    check_choice("axis", axis, _AXES)
+    return Dense(_param("sigma_w", sigma_w, S.sigma_w), _param("sigma_b", sigma_b, S.sigma_b), axis)
+
+
+def act(phi, **params) -> ActivationLayer:
+    """phi applied element-wise: a registered name, a sympy expression or an Activation."""
+    return ActivationLayer(_make_activation(phi, **params))
+
+
+def layer_norm(position: str = "auto", axis: str = "features") -> Primitive:
+    """LayerNorm without affine parameters (identity at initialisation), wherever it sits.
+
+    ``position='auto'`` reads pre/post from the signal it receives (a
+    preactivation or phi(h)); 'pre' and 'post' insist on one (a 'pre'
+    LayerNorm after an activation is an error).
+    """
+    check_choice("position", position, ("auto", "pre", "post"))
+    check_choice("axis", axis, _AXES)
+    return {"auto": LayerNorm, "pre": LayerNormPre, "post": LayerNormPost}[position](axis=axis)
+
+
+def rms_norm() -> RMSNorm:
+    """RMSNorm without gain over the features, pre or post by position (:class:`RMSNorm`)."""
+    return RMSNorm()
+
+
+def batch_norm() -> BatchNorm:
+    """BatchNorm of preactivations per neuron over the batch (large-batch limit), no affine part."""
+    return BatchNorm()
+
+
+def scale(eps=None) -> Scale:
+    """Multiplication by eps: LayerScale (per-channel, initialised to eps) or a branch multiplier."""
+    return Scale(_param("eps", eps, S.eps))
+
+
+def serial(*layers) -> Chain:
+    """Layers applied in order (nested serials are flattened); chi is the product of the factors."""
+    flat = []
+    for p in layers:
+        if isinstance(p, (list, tuple)):
+            p = serial(*p)
+        flat.extend(p.layers if isinstance(p, Chain) else [p])
+    return Chain(tuple(flat))
+
+
+def residual(*branch, mu=None) -> Residual:
+    """h -> branch(h) + mu h; the branch must end in a dense layer (or a scale after one).
+
+    ``mu`` defaults to the symbol mu (its value then comes from
+    ``Network(..., mu=...)``); a number fixes it in the tree.
+    """
+    return Residual(serial(*branch), _param("mu", mu, S.mu))
+
+
+def mlp(phi="relu", norm: str = "none", residual: bool = False, stages: int = 1) -> Primitive:
+    """The MLP block of the menu: ``stages`` x (norm -> phi -> dense), optionally with a skip."""
+    return mlp_block(_make_activation(phi), norm, residual, stages)
+
+
+def resmlp(phi="gelu", residual: bool = True) -> Primitive:
+    """The ResMLP block at initialisation (:func:`resmlp_block`)."""
+    return resmlp_block(_make_activation(phi), residual)
+
+
+def mixer(phi="gelu", residual: bool = True) -> Primitive:
+    """The MLP-Mixer block (:func:`mixer_block`)."""
+    return mixer_block(_make_activation(phi), residual)
+
+
+def _check_tree(node, s: Signal, path: str) -> Signal:
+    """Push the symbolic state through the tree, naming the node where a rule fails."""
+    if isinstance(node, Chain):
+        for i, p in enumerate(node.layers):
+            s = _check_tree(p, s, f"{path}[{i}]")
+        return s
+    if isinstance(node, Residual):
+        _check_tree(node.branch, s, f"{path}.branch")
+    try:
+        return node.forward(s)
+    except ValueError as err:
+        raise ValueError(f"invalid tree at {path} = {_short(node)}: {err}") from None
+
+
 @dataclass(frozen=True)
-class Architecture:
-    """A deep network made of identical blocks: the single source of truth.
+class Network(TreeSpec):
+    """A network given by its repeated block, a tree of primitives: the general spec.
+
+    Parameters
+    ----------
+    block : Primitive or sequence of primitives
+        One block, h^{l+1} = block(h^l), built with :func:`serial`,
+        :func:`residual`, :func:`dense`, :func:`act`, :func:`layer_norm`,
+        :func:`rms_norm`, :func:`batch_norm`, :func:`scale` or the factories
+        :func:`mlp`, :func:`resmlp`, :func:`mixer`. A sequence is a serial.
+    mu, eps : float or None
+        Values of the symbols mu and eps where the tree uses them (a node
+        built with ``residual(..., mu=None)`` or ``scale(None)``); numbers
+        in the tree need none. They are runtime arguments of the compiled
+        code, so scanning them does not recompile.
+    depth : int or None
+        How many times the block repeats (what :func:`from_torch` read off a
+        model); informative, the solvers take their own ``depth``.
+    name : str or None
+        Shown in reports; default, the composition call of the block.
+
+    Every public function that takes an Architecture takes a Network:
+    ``recursion``, the solvers, ``kernel_profile``, ``phase_diagram``,
+    ``exponents``, ``verification.monte_carlo``. An invalid tree (an
+    element-wise node not followed by a dense layer in its block, a residual
+    branch not ending in zero-mean weights, a node that needs a Gaussian
+    input after an activation) is a ValueError naming the node.
+    """
+
+    block: Primitive
+    mu: float | None = None
+    eps: float | None = None
+    depth: int | None = None
+    name: str | None = None
+
+    def __post_init__(self):
+        block = self.block
+        if isinstance(block, (list, tuple)):
+            block = serial(*block)
+        if not isinstance(block, Primitive):
+            raise ValueError(f"block must be a primitive tree (serial(...), mlp(...), ...), got {block!r}")
+        object.__setattr__(self, "block", block)
+        for name, lo, hi in (("mu", 0, 1), ("eps", 0, None)):
+            v = getattr(self, name)
+            if v is not None:
+                if not is_number(v) or float(v) < lo or (hi is not None and float(v) > hi):
+                    rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+                    raise ValueError(f"{name} must be a number {rng} or None, got {v!r}")
+                object.__setattr__(self, name, float(v))
+        if self.depth is not None:
+            if not isinstance(self.depth, (int, np.integer)) or isinstance(self.depth, bool) or self.depth < 1:
+                raise ValueError(f"depth must be an integer >= 1 or None, got {self.depth!r}")
+            object.__setattr__(self, "depth", int(self.depth))
+        if self.name is not None and not isinstance(self.name, str):
+            raise ValueError(f"name must be a string or None, got {self.name!r}")
+        _check_tree(block, Signal.input(self.pair_axis), "block")
+
+    def block_spec(self) -> Primitive:
+        return self.block
+
+    @property
+    def residual(self) -> bool:
+        return any(isinstance(p, Residual) for p in self.nodes())
+
+    def parameters(self) -> dict:
+        """Numeric values of the structural symbols (mu, eps) that are set."""
+        vals = {}
+        if self.mu is not None:
+            vals[S.mu] = self.mu
+        if self.eps is not None:
+            vals[S.eps] = self.eps
+        return vals
+
+    def with_(self, **changes) -> "Network":
+        """A copy with some fields changed (``net.with_(mu=0.5)``)."""
+        return replace(self, **changes)
+
+    def to_json(self) -> dict:
+        """The network as JSON-able data; :func:`from_json` reads it back."""
+        out = {"tree": tree_to_json(self.block)}
+        for k in ("mu", "eps", "depth", "name"):
+            if getattr(self, k) is not None:
+                out[k] = getattr(self, k)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"description": str(self), **self.to_json()}
+
+    def __str__(self):
+        text = self.name or _short(self.block)
+        vals = [f"{k}={getattr(self, k):g}" for k in ("mu", "eps") if getattr(self, k) is not None]
+        if self.depth is not None:
+            vals.append(f"depth={self.depth}")
+        return text + (" [" + ", ".join(vals) + "]" if vals and not self.name else "")
+
+
+# ---------------------------------------------------------------------------
+# JSON form of trees.
+# ---------------------------------------------------------------------------
+def _json_value(v):
+    v = sp.sympify(v)
+    if not v.free_symbols:
+        return float(v) if not v.is_Integer else int(v)
+    return str(v)
+
+
+def _from_json_value(name, v):
+    if isinstance(v, str):
+        loc = {n: getattr(S, n) for n in ("sigma_w", "sigma_b", "mu", "eps")}
+        try:
+            e = sp.sympify(v, locals=loc)
+        except (sp.SympifyError, SyntaxError, TypeError):
+            raise ValueError(f"{name}={v!r} is not an expression in sigma_w, sigma_b, mu, eps") from None
+        extra = e.free_symbols - set(loc.values())
+        if extra:
+            raise ValueError(f"{name}={v!r} uses unknown symbols {sorted(map(str, extra))}")
+        return e
+    return _param(name, v, None)
+
+
+def _activation_json(phi: Activation) -> dict:
+    from .activations import ACTIVATIONS, ScaleInvariant
+
+    if isinstance(phi, ScaleInvariant) and phi.name in ("leaky_relu", "scale_invariant"):
+        if phi.name == "leaky_relu":
+            return {"name": "leaky_relu", "negative_slope": float(phi.a_minus)}
+        return {"name": "scale_invariant", "a_plus": float(phi.a_plus), "a_minus": float(phi.a_minus)}
+    if phi.name in ACTIVATIONS:
+        try:
+            if ACTIVATIONS[phi.name]() == phi:
+                return {"name": phi.name}
+        except TypeError:  # pragma: no cover - a factory that needs parameters
+            pass
+    return {"expr": sp.srepr(phi.expr), "name": phi.name}
+
+
+def _activation_from_json(d: dict) -> Activation:
+    from .activations import Activation as _A
+
+    d = dict(d)
+    if "expr" in d:
+        try:
+            # srepr (exact) and plain expressions in x both read back with sympify
+            expr = sp.sympify(d["expr"], locals={"x": S.x})
+        except (sp.SympifyError, SyntaxError, TypeError) as err:
+            raise ValueError(f"activation expr {d['expr']!r} cannot be read: {err}") from None
+        act_ = _make_activation(expr)
+        return _A(d.get("name", act_.name), act_.expr)
+    name = d.pop("name", None)
+    if name is None:
+        raise ValueError(f"an activation node needs 'name' or 'expr', got {d!r}")
+    return _make_activation(name, **d)
+
+
+def tree_to_json(node: Primitive):
+    """A primitive tree as JSON-able data: a serial is a list, every other node a dict with 'type'.
+
+    Leaves are written from their dataclass fields, so a new primitive class
+    needs no code here: {"type": "Dense", "sigma_w": "sigma_w", ...}.
+    """
+    import dataclasses
+
+    if isinstance(node, Chain):
+        return [tree_to_json(p) for p in node.layers]
+    if isinstance(node, Residual):
+        return {"type": "Residual", "mu": _json_value(node.mu), "branch": tree_to_json(node.branch)}
+    if isinstance(node, ActivationLayer):
+        return {"type": "ActivationLayer", **_activation_json(node.phi)}
+    out = {"type": type(node).__name__}
+    for f in dataclasses.fields(node):
+        v = getattr(node, f.name)
+        out[f.name] = v if isinstance(v, str) else _json_value(v)
+    return out
+
+
+def _primitive_classes() -> dict:
+    out, todo = {}, [Primitive]
+    while todo:
+        c = todo.pop()
+        for sub in c.__subclasses__():
+            out[sub.__name__] = sub
+            todo.append(sub)
+    return out
+
+
+def tree_from_json(data, path: str = "tree") -> Primitive:
+    """Inverse of :func:`tree_to_json` (ValueError naming the bad entry)."""
+    import dataclasses
+
+    if isinstance(data, list):
+        return serial(*[tree_from_json(d, f"{path}[{i}]") for i, d in enumerate(data)])
+    if not isinstance(data, dict) or "type" not in data:
+        raise ValueError(f"{path}: a tree node is a list (serial) or a dict with 'type', got {data!r}")
+    d = dict(data)
+    kind = d.pop("type")
+    classes = _primitive_classes()
+    if kind == "Residual":
+        return Residual(tree_from_json(d.get("branch", []), f"{path}.branch"),
+                        _from_json_value(f"{path}.mu", d.get("mu", "mu")))
+    if kind == "ActivationLayer":
+        return ActivationLayer(_activation_from_json(d))
+    if kind not in classes or kind == "Chain":
+        raise ValueError(f"{path}: unknown node type {kind!r}; allowed: "
+                         f"{', '.join(sorted(k for k in classes if k != 'Chain'))}")
+    cls = classes[kind]
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - names
+    if unknown:
+        raise ValueError(f"{path}: {kind} has no field(s) {sorted(unknown)}; allowed: {sorted(names)}")
+    kw = {k: (v if k == "axis" else _from_json_value(f"{path}.{k}", v)) for k, v in d.items()}
+    return cls(**kw)
+
+
+def from_json(data) -> TreeSpec:
+    """A spec from its JSON form: a Network ({"tree": ...}) or Architecture keywords.
+
+    ``data`` may be a dict, a JSON string or a path to a .json file.
+    """
+    import json
+    from pathlib import Path
+
+    if isinstance(data, Path) or (isinstance(data, str) and data.strip().endswith(".json")
+                                   and not data.strip().startswith("{")):
+        path = Path(data)
+        if not path.exists():
+            raise ValueError(f"spec file {str(path)!r} does not exist")
+        data = json.loads(path.read_text())
+    elif isinstance(data, str):
+        data = json.loads(data)
+    if not isinstance(data, dict):
+        raise ValueError(f"a spec is a JSON object, got {type(data).__name__}")
+    data = dict(data)
+    if "tree" in data:
+        data.pop("description", None)
+        tree = tree_from_json(data.pop("tree"))
+        unknown = set(data) - {"mu", "eps", "depth", "name"}
+        if unknown:
+            raise ValueError(f"unknown network key(s) {sorted(unknown)}; allowed: tree, mu, eps, depth, name")
+        return Network(tree, **data)
+    data.pop("description", None)
+    return as_architecture(None, **data)
+
+
+def to_json(spec) -> dict:
+    """The JSON form of an Architecture, a Network or a bare tree (see :func:`from_json`)."""
+    spec = as_architecture(spec)
+    return spec.to_json()
+
+
+@dataclass(frozen=True)
+class Architecture(TreeSpec):
+    """The menu of built-in blocks: a shortcut that builds a primitive tree.
+
+    ``Architecture(activation, norm, mu, block)`` is equivalent to
+    ``Network(mlp(activation, norm, residual=mu is not None), mu=mu)`` (and the
+    ResMLP / Mixer factories): the same tree, so the same recursions to the
+    last digit. Use :class:`Network` and the composition functions
+    (:func:`serial`, :func:`residual`, :func:`dense`, ...) for anything else.
 
     The symbolic layer (:func:`meanfield.recursion`), the numeric solvers and
     the torch realisation (:mod:`meanfield.verification`) are all built from
@@ -505,71 +1138,6 @@ class Architecture:
     def residual(self) -> bool:
         return self.mu is not None
 
-    @property
-    def needs_pair(self) -> bool:
-        """True when the pair covariance K12 feeds back into K or chi_J.
-
-        BatchNorm (a pair of inputs) and the MLP-Mixer (a pair of channels).
-        """
-        return self.norm == "bn" or self.block == "mixer"
-
-    @property
-    def pair_axis(self) -> str:
-        """What the two members of the pair state differ in: 'batch' or 'channels' (Mixer)."""
-        return "channels" if self.block == "mixer" else "batch"
-
-    def initial_pair_covariance(self, sigma_w, sigma_b, input_overlap=0.0):
-        """K12 at the first layer's output h^1 (default for the solvers' ``K12_0``).
-
-        Two unit-norm inputs with overlap x.x'/N0 = ``input_overlap`` share the
-        first layer's W and b: K12^1 = sigma_w^2 overlap + sigma_b^2. Two
-        channels of the Mixer's per-token input layer have independent rows
-        and biases: K12^1 = 0.
-        """
-        if self.pair_axis == "channels":
-            return 0.0 * (sigma_w + sigma_b)
-        return sigma_w**2 * input_overlap + sigma_b**2
-
-    def mixer_limit_is_exact(self, sigma_b, token_overlap=0.0):
-        """Whether the recursion of this block is its infinite-width limit at bias scale ``sigma_b``.
-
-        Always True for 'mlp' and 'resmlp' blocks. For 'mixer' (tokens and
-        channels -> infinity) True only when sigma_b = 0, phi is odd
-        (E[phi] = 0 at every variance) and the input's tokens are
-        uncorrelated (``token_overlap`` = x_t . x_s / N0 for t != s is 0, as
-        in :func:`meanfield.verification.monte_carlo`; patches of real images
-        are correlated): otherwise each channel carries a part common to all
-        tokens that the pair-of-channels state drops, and the recursion is an
-        approximation (see :func:`mixer_block`).
-
-        ``sigma_b``, ``token_overlap``: numbers or arrays (sigma_b >= 0,
-        overlap in [-1, 1]); returns a bool or a bool array of their
-        broadcast shape.
-        """
-        def arr(name, v, lo, hi):
-            a = np.asarray(v, dtype=float) if is_number(v) or np.ndim(v) else None
-            if a is None or not np.all(np.isfinite(a)) or np.any(a < lo) or np.any(a > hi):
-                rng = f">= {lo:g}" if hi == np.inf else f"in [{lo:g}, {hi:g}]"
-                raise ValueError(f"{name} must be a finite number {rng} (or an array of them), got {v!r}")
-            return a
-
-        sb = arr("sigma_b", sigma_b, 0.0, np.inf)
-        rho = arr("token_overlap", token_overlap, -1.0, 1.0)
-        sb, rho = np.broadcast_arrays(sb, rho)
-        if self.block != "mixer":
-            exact = np.ones(sb.shape, dtype=bool)
-        else:
-            exact = (sb == 0) & (rho == 0) & self._odd_activation()
-        return bool(exact) if exact.ndim == 0 else exact
-
-    def _odd_activation(self) -> bool:
-        """phi(-x) = -phi(x), checked on a grid (symbolic simplification can fail to decide)."""
-        f = self.activation.numpy()
-        xs = np.linspace(-6.0, 6.0, 49)
-        with np.errstate(all="ignore"):
-            a, b = np.asarray(f(xs), float), np.asarray(f(-xs), float)
-        return bool(np.all(np.isfinite(a)) and np.all(np.abs(a + b) <= 1e-12 * (1 + np.abs(a))))
-
     def block_spec(self) -> Primitive:
         """The block as a tree of primitives (symbolic parameters)."""
         if self.block == "mlp":
@@ -591,6 +1159,17 @@ class Architecture:
         """The spec as plain data (JSON output, reports)."""
         return {"description": str(self), "activation": self.activation.name, "norm": self.norm, "mu": self.mu,
                 "block": self.block, "eps": self.eps, "stages": self.stages}
+
+    def to_json(self) -> dict:
+        """The menu keywords (``from_json`` gives the Architecture back)."""
+        out = {k: v for k, v in self.to_dict().items() if k != "description"}
+        out.update({k: float(v) if isinstance(v, (int, float)) else v for k, v in self.activation_params})
+        return out
+
+    def network(self) -> "Network":
+        """The same spec as a :class:`Network` (tree and values; same recursions)."""
+        vals = self.parameters()
+        return Network(self.block_spec(), mu=vals.get(S.mu), eps=vals.get(S.eps), name=str(self))
 
     def with_(self, **changes) -> "Architecture":
         """A copy with some fields changed (``arch.with_(mu=1.0)``)."""
@@ -614,8 +1193,8 @@ class Architecture:
 _ARCH_KEYS = ("activation", "norm", "mu", "block", "eps", "stages")
 
 
-def as_architecture(arch=None, **kwargs) -> Architecture:
-    """An Architecture from an Architecture or the same keywords.
+def as_architecture(arch=None, **kwargs) -> TreeSpec:
+    """A spec from an Architecture, a Network, a primitive tree, a JSON dict or Architecture keywords.
 
     ``as_architecture(activation="erf")`` and ``as_architecture(Architecture(...))``
     both work; keywords that are not Architecture fields raise ValueError.
@@ -627,10 +1206,19 @@ def as_architecture(arch=None, **kwargs) -> Architecture:
         raise ValueError(f"unknown architecture option(s) {sorted(unknown)}; allowed: {', '.join(_ARCH_KEYS)}")
     if arch is None:
         return Architecture(activation_params=tuple(sorted(act_params.items())), **kwargs)
-    if isinstance(arch, Architecture):
+    if isinstance(arch, TreeSpec):
         if kwargs or act_params:
-            raise ValueError("pass either an Architecture or architecture keywords, not both")
+            raise ValueError("pass either an Architecture (or Network) or architecture keywords, not both")
         return arch
+    if isinstance(arch, (Primitive, list, tuple)):
+        if kwargs or act_params:
+            raise ValueError("pass either a tree or architecture keywords, not both")
+        return Network(arch)
+    if isinstance(arch, dict):
+        if kwargs or act_params:
+            raise ValueError("pass either a JSON spec or architecture keywords, not both")
+        return from_json(arch)
     if isinstance(arch, (str, sp.Basic)):
         return Architecture(activation=arch, activation_params=tuple(sorted(act_params.items())), **kwargs)
-    raise ValueError(f"arch must be an Architecture, an activation name or None, got {arch!r}")
+    raise ValueError(f"arch must be an Architecture, a Network, a primitive tree, an activation name or None, "
+                     f"got {arch!r}")

@@ -73,6 +73,9 @@ def _add_arch_options(p):
     g.add_argument("--block", default="mlp", choices=BLOCKS, help="block type (default mlp)")
     g.add_argument("--eps", type=float, default=0.1, help="LayerScale of resmlp blocks (default 0.1)")
     g.add_argument("--stages", type=int, default=1, help="norm->phi->Dense stages per MLP block (default 1)")
+    g.add_argument("--spec", default=None, metavar="FILE.json",
+                   help="any architecture as a JSON file (meanfield.to_json of a Network or Architecture); "
+                        "replaces the options above")
 
 
 def _finite(text):
@@ -92,7 +95,22 @@ def _add_json(p):
 
 
 def _architecture(args):
-    from .calculus import as_architecture
+    from .calculus import as_architecture, from_json
+
+    if getattr(args, "spec", None) is not None:
+        menu = {"activation": "relu", "norm": "none", "mu": None, "block": "mlp", "eps": 0.1, "stages": 1,
+                "negative_slope": None}
+        clash = [k for k, d in menu.items() if getattr(args, k, d) != d]
+        if clash:
+            raise UsageError(f"--spec replaces the architecture options; drop --{clash[0].replace('_', '-')}")
+        from pathlib import Path
+
+        if not Path(args.spec).is_file():
+            raise UsageError(f"--spec {args.spec!r}: no such file")
+        try:
+            return from_json(Path(args.spec))
+        except (ValueError, json.JSONDecodeError) as err:
+            raise UsageError(f"--spec {args.spec}: {err}") from None
 
     kw = dict(activation=args.activation, norm=args.norm, mu=args.mu, block=args.block,
               eps=args.eps, stages=args.stages)
@@ -382,7 +400,9 @@ def _autoinit_model(args):
     from .verification import models
 
     if args.model == "mlp":
-        acts = {"relu": torch.nn.ReLU, "gelu": torch.nn.GELU, "tanh": torch.nn.Tanh, "silu": torch.nn.SiLU}
+        from .verification.torch_activations import TORCH_ACTIVATIONS, torch_module
+
+        acts = tuple(n for n, row in TORCH_ACTIVATIONS.items() if row.module is not None)
         if args.activation not in acts:
             raise UsageError(f"meanfield autoinit: --activation for --model mlp must be one of {', '.join(acts)}")
         gen = torch.Generator().manual_seed(args.seed)
@@ -392,7 +412,7 @@ def _autoinit_model(args):
             with torch.no_grad():
                 lin.weight.normal_(0.0, args.sigma_w / args.width ** 0.5, generator=gen)
                 lin.bias.zero_()
-            layers += [lin, acts[args.activation]()]
+            layers += [lin, torch_module(args.activation)]
         model = torch.nn.Sequential(*layers)
         x = torch.randn(args.batch, args.width, generator=gen)
     elif args.model == "resmlp":

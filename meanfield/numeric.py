@@ -372,7 +372,8 @@ def _key(arch: Architecture) -> str:
 
     h = hashlib.sha256()
     h.update(repr(arch).encode())
-    h.update(sp.srepr(arch.activation.expr).encode())
+    for phi in arch.activations():  # the repr shows expressions by str(); srepr is exact
+        h.update(sp.srepr(phi.expr).encode())
     here = Path(__file__).parent
     for name in _KEY_SOURCES:
         h.update((here / name).read_bytes())
@@ -383,8 +384,11 @@ def _key(arch: Architecture) -> str:
 def _canonical(arch: Architecture) -> Architecture:
     """The architecture with mu and eps at fixed values: they are runtime arguments of the
     compiled code, so every residual strength and LayerScale shares one module."""
-    # (activation_params are already applied to the Activation object)
-    return arch.with_(mu=1.0 if arch.residual else None, eps=0.1, activation_params=())
+    if isinstance(arch, Architecture):
+        # (activation_params are already applied to the Activation object)
+        return arch.with_(mu=1.0 if arch.residual else None, eps=0.1, activation_params=())
+    return arch.with_(mu=None if arch.mu is None else 1.0, eps=None if arch.eps is None else 0.1,
+                      depth=None, name=None)
 
 
 def _load(arch: Architecture):
@@ -501,11 +505,13 @@ def _module(canonical: Architecture):
 
 @lru_cache(maxsize=128)
 def _compiled(arch: Architecture) -> CompiledRecursion:
+    arch.require_values("the numeric solvers")
     module = _module(_canonical(arch))
     rec = recursion(arch)
     pair = S.K12 in rec.state
     mu = float(arch.mu) if arch.mu is not None else 0.0
-    return CompiledRecursion(arch, module, module.FNS, mu, float(arch.eps), pair)
+    eps = float(arch.eps) if arch.eps is not None else 0.0
+    return CompiledRecursion(arch, module, module.FNS, mu, eps, pair)
 
 
 def compiled(arch=None, **kwargs) -> CompiledRecursion:

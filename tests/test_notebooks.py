@@ -42,8 +42,8 @@ CELL_TIMEOUT = 300           # seconds per cell; the slowest cell takes ~15 s on
 SUMMARY_TAG = "__NOTEBOOK_SUMMARY__"
 # every notebook in notebooks/ must be listed here (and tested below)
 TESTED = {"critical_lines", "phase_diagrams", "critical_exponents", "monte_carlo_verification",
-          "kernel_shaping", "autoinit"}
-WITH_SUMMARY = {"phase_diagrams", "critical_exponents", "monte_carlo_verification"}
+          "kernel_shaping", "autoinit", "your_own_architecture"}
+WITH_SUMMARY = {"phase_diagrams", "critical_exponents", "monte_carlo_verification", "your_own_architecture"}
 
 try:
     import torch  # noqa: F401
@@ -449,3 +449,31 @@ def test_autoinit_notebook(run_notebook):
     assert m, "no J printed for the fresh instance"
     J = np.array(m.group(1).split(), dtype=float)
     assert J.size >= 4 and np.all(np.abs(J - 1) < 0.15)
+
+
+# ---------------------------------------------------------------------------
+# your_own_architecture.ipynb
+# ---------------------------------------------------------------------------
+def _tanh_moments(K=1.0):
+    """E[tanh^2], E[tanh'^2] at variance K (scipy quadrature, not the package's)."""
+    return (_gauss(lambda h: math.tanh(h) ** 2, K), _gauss(lambda h: (1 - math.tanh(h) ** 2) ** 2, K))
+
+
+def test_your_own_architecture_notebook(run_notebook):
+    _, out, s = run_notebook("your_own_architecture")
+    assert s["tree"] == "residual(layer_norm(position='pre'), act('tanh'), dense(), mu=0.7) [depth=8]"
+    assert s["depth"] == 8 and s["same_recursion"] is True
+    # critical line of pre-LN residual tanh, by hand: LN makes the branch see N(0, 1), so
+    # K* = (sw^2 E[tanh^2] + sb^2) / (1 - mu^2) and chi_J* = mu^2 + sw^2 E[tanh'^2] / K* = 1
+    # give sb^2 = sw^2 (E[tanh'^2] - E[tanh^2]), K* = sw^2 E[tanh'^2] / (1 - mu^2)
+    q, d = _tanh_moments(1.0)
+    sw, mu = s["sigma_w"], 0.7
+    assert abs(s["sigma_b"] - sw * math.sqrt(d - q)) < 1e-9
+    assert abs(s["K_star"] - sw**2 * d / (1 - mu**2)) < 1e-8
+    # Monte Carlo on the user's own module: the suite's rule, applied here to the stored numbers
+    width = s["width"]
+    for m, se, t in ((s["K_mc"], s["K_se"], s["K_theory"]), (s["J_mc"], s["J_se"], s["J_theory"])):
+        m, se, t = map(np.asarray, (m, se, t))
+        layers = np.arange(1, len(m) + 1)
+        assert np.all(np.abs(m - t) <= 4 * se + 2 * layers / width * np.abs(t))
+    assert "within the suite's rule: True" in out

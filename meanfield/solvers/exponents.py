@@ -124,7 +124,7 @@ def _asymptotic_analytic(arch, sw, sb):
     fs = _derivatives(arch, 0)
     F, X = fs["F"][0], fs["X"][0]
     with mp.workdps(60):
-        args = (mp.mpf(sw), mp.mpf(sb), mp.mpf(arch.mu or 0), mp.mpf(arch.eps))
+        args = (mp.mpf(sw), mp.mpf(sb), mp.mpf(arch.mu or 0), mp.mpf(arch.eps or 0))
         K1, K2 = mp.mpf(10) ** 36, mp.mpf(10) ** 40
         a = F(K2, *args) - K2
         x1, x2 = X(K1, *args) - 1, X(K2, *args) - 1

@@ -526,7 +526,7 @@ def _series(arch, K, sw, sb, order=3):
     try:
         fs = _derivatives(arch, order)
         with mp.workdps(30):
-            vals = (mp.mpf(K), mp.mpf(sw), mp.mpf(sb), mp.mpf(arch.mu or 0), mp.mpf(arch.eps))
+            vals = (mp.mpf(K), mp.mpf(sw), mp.mpf(sb), mp.mpf(arch.mu or 0), mp.mpf(arch.eps or 0))
             a = [fs["F"][n](*vals) / mp.factorial(n) for n in range(order + 1)]
             b = [fs["X"][n](*vals) / mp.factorial(n) for n in range(2)]
         return float(-a[2]), float(-a[3]), float(-b[1])

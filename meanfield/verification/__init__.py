@@ -5,6 +5,9 @@ Importing this subpackage imports torch; ``import meanfield`` does not.
 - :func:`monte_carlo`, :func:`phase_diagram`: K^l, J^{l,l+1}, J^{l0,l} of
   networks built from an :class:`~meanfield.Architecture`, batched over
   initialisations, on CUDA when available.
+- :func:`from_torch` (also ``meanfield.from_torch``): a user's module read into
+  the primitive tree; :func:`initialise_` draws its weights;
+  :func:`monte_carlo_module` measures K^l and J^{1,l} on that module.
 - :func:`hutchinson_apjn`, :func:`exact_apjn`: APJN of any torch function.
 - :func:`run_suite`: the verification suite (``python -m meanfield.verification``).
 - :func:`autoinit_sweep`: AutoInit over a (sigma_w, lr) grid (the AutoInit paper's Fig. 1).
@@ -23,6 +26,7 @@ from .autoinit import (AutoInitError, AutoInitReport, BatchSizeScan, Measurement
 from .autoinit import measure as measure_blocks
 from .distributed import AutoInitSweep, autoinit_sweep
 from .models import MLPMixer, ResMLP, VGG, mixer_s16, resmlp_s12, vgg19_bn
+from .from_torch import ModuleMonteCarlo, from_torch, initialise_, monte_carlo_module
 
 __all__ = [
     "APJNEstimate",
@@ -39,6 +43,10 @@ __all__ = [
     "autoinit",
     "autoinit_sweep",
     "find_blocks",
+    "from_torch",
+    "initialise_",
+    "ModuleMonteCarlo",
+    "monte_carlo_module",
     "load_scales",
     "measure_blocks",
     "mixer_s16",

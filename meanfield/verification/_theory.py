@@ -23,11 +23,7 @@ __all__ = ["theory_profile"]
 @lru_cache(maxsize=64)
 def _compiled_fallback(arch):
     rec = recursion(arch)
-    vals = {}
-    if arch.mu is not None:
-        vals[S.mu] = arch.mu
-    vals[S.eps] = arch.eps
-    rec = rec.subs(vals)
+    rec = rec.subs(arch.parameters())
     args = ["K", "K12", "sigma_w", "sigma_b"]
     return tuple(_numeric(args, e) for e in (rec.kernel, rec.kernel12, rec.chi_J))
 

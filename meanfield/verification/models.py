@@ -53,6 +53,7 @@ from torch import nn
 from .._validate import check_choice
 
 __all__ = [
+    "PreLNResMLP",
     "Affine",
     "MLPMixer",
     "ResMLP",
@@ -78,8 +79,10 @@ def _check_init(init):
 
 
 def _activation(name):
-    table = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
-    return table[check_choice("activation", name, tuple(table))]()
+    from .torch_activations import TORCH_ACTIVATIONS, torch_module
+
+    names = tuple(n for n, row in TORCH_ACTIVATIONS.items() if row.module is not None)
+    return torch_module(check_choice("activation", name, names))
 
 
 def _fan_in_init_(module, sigma_w, sigma_b, generator=None):
@@ -414,3 +417,29 @@ class VGG(nn.Module):
 def vgg19_bn(**kwargs):
     """VGG19 with BatchNorm (torchvision layout and initialisation by default)."""
     return VGG(cfg=VGG19_CFG, batch_norm=True, **kwargs)
+
+
+class PreLNResMLP(nn.Module):
+    """A user-style pre-LN residual MLP with its own ``forward`` (the ``from_torch`` example).
+
+    x -> Linear_in; then ``depth`` times x <- mu x + W phi(LayerNorm(x)) + b;
+    then an optional read-out. Written as a user would, for the verification
+    suite's ``torch_module`` case and the notebook.
+    """
+
+    def __init__(self, d_in=32, width=256, depth=6, mu=0.5, activation="gelu", n_out=0):
+        super().__init__()
+        from .torch_activations import torch_module
+
+        self.inp = nn.Linear(d_in, width)
+        self.norms = nn.ModuleList([nn.LayerNorm(width) for _ in range(depth)])
+        self.acts = nn.ModuleList([torch_module(activation) for _ in range(depth)])
+        self.fcs = nn.ModuleList([nn.Linear(width, width) for _ in range(depth)])
+        self.out = nn.Linear(width, n_out) if n_out else None
+        self.mu = float(mu)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for ln, act, fc in zip(self.norms, self.acts, self.fcs):
+            x = self.mu * x + fc(act(ln(x)))
+        return x if self.out is None else self.out(x)

@@ -331,14 +331,16 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
     """
     exact = estimator == "exact"
     block = realise(arch)
-    is_tokens = arch.block != "mlp"
-    T = (tokens or width) if is_tokens else 1
-    coupled = arch.norm == "bn"
+    # read from the tree: token axis (ResMLP, Mixer, any tree with token mixing),
+    # cross-sample coupling (BatchNorm)
+    T = (tokens or width) if arch.has_tokens else 1
+    coupled = arch.couples_batch
     B = batch
     N0 = input_dim or max(width, B * T + T)
     x, overlap = make_inputs(B, T, N0, input_correlation, seed, device, dtype, input_norm)
     P = len(sw)
-    params = {"sigma_w": sw, "sigma_b": sb, "mu": arch.mu if arch.mu is not None else 0.0, "eps": arch.eps}
+    params = {"sigma_w": sw, "sigma_b": sb, "mu": arch.mu if arch.mu is not None else 0.0,
+              "eps": arch.eps if arch.eps is not None else 1.0}
     # J^{l,l+1} for every layer l = 1..depth: for l = depth one more block runs (its weights are drawn
     # after every other block's, so the networks' layers 1..depth are unchanged by it)
     chi_layers = set(range(1, depth + 1)) if chi_layers is None else set(chi_layers)
@@ -441,8 +443,9 @@ def _validate_common(arch, depth, width, n_init, batch, device, dtype, seed, kwa
     width = _check_int("width", width, 1)
     n_init = _check_int("n_init", n_init, 2)
     batch = _check_int("batch", batch, 1)
-    if arch.norm == "bn" and batch < 2:
-        raise ValueError(f"norm='bn' normalises over the batch; batch must be >= 2 (large for the "
+    arch.require_values("monte_carlo")
+    if arch.couples_batch and batch < 2:
+        raise ValueError(f"{arch} normalises over the batch (BatchNorm); batch must be >= 2 (large for the "
                          f"large-batch theory), got {batch}")
     seed = _check_int("seed", seed, 0)
     dev = resolve_device(device)

@@ -61,9 +61,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import symbols as S
-from ..activations import ACTIVATIONS, Activation, Erf, Gelu, ScaleInvariant
-from ..calculus import (ActivationLayer, Architecture, BatchNorm, Chain, Dense, LayerNormPost,
-                        LayerNormPre, Primitive, Residual, Scale)
+# the one table of torch activations (also re-exported here for older imports)
+from .torch_activations import torch_activation
+from ..calculus import (ActivationLayer, Architecture, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost,
+                        LayerNormPre, Primitive, Residual, RMSNorm, Scale, TreeSpec)
 
 __all__ = [
     "Context",
@@ -73,6 +74,7 @@ __all__ = [
     "RActivation",
     "RLayerNorm",
     "RBatchNorm",
+    "RRMSNorm",
     "RScale",
     "RResidual",
     "RChain",
@@ -80,9 +82,6 @@ __all__ = [
 ]
 
 _PARAM_SYMBOLS = (S.sigma_w, S.sigma_b, S.mu, S.eps)
-_SQRT2 = math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 # ---------------------------------------------------------------------------
@@ -146,74 +145,6 @@ class Context:
 def _pview(v: torch.Tensor) -> torch.Tensor:
     """(P,) -> (1, P, 1, 1, 1, 1) for broadcasting against z."""
     return v.view(1, -1, 1, 1, 1, 1)
-
-
-# ---------------------------------------------------------------------------
-# Activations: phi and phi' as torch functions.
-# ---------------------------------------------------------------------------
-def _gelu_prime(x):
-    return 0.5 * (1.0 + torch.special.erf(x / _SQRT2)) + x * torch.exp(-0.5 * x * x) * _INV_SQRT_2PI
-
-
-def _silu_prime(x):
-    s = torch.sigmoid(x)
-    return s * (1.0 + x * (1.0 - s))
-
-
-_NAMED = {
-    "erf": (torch.special.erf, lambda x: _TWO_OVER_SQRT_PI * torch.exp(-x * x)),
-    "gelu": (lambda x: F.gelu(x, approximate="none"), _gelu_prime),
-    "tanh": (torch.tanh, lambda x: 1.0 - torch.tanh(x) ** 2),
-    "silu": (F.silu, _silu_prime),
-    "swish": (F.silu, _silu_prime),
-    "softplus": (lambda x: torch.logaddexp(x, torch.zeros((), dtype=x.dtype, device=x.device)),
-                 torch.sigmoid),
-}
-
-
-def _lambdify_torch(expr):
-    f = sp.lambdify(S.x, expr, modules="torch")
-
-    def g(t):
-        out = f(t)
-        if not isinstance(out, torch.Tensor):  # a constant expression
-            out = torch.full_like(t, float(out))
-        return out
-
-    return g
-
-
-def torch_activation(phi: Activation):
-    """(phi, phi') as elementwise torch functions for an :class:`Activation`.
-
-    Registered names map to torch's own functions (exact GELU, torch.erf...),
-    the scale-invariant family to ``torch.where``; any other sympy expression
-    is lambdified with sympy's torch printer, its derivative taken by sympy.
-    """
-    if isinstance(phi, ScaleInvariant):
-        ap, am = float(phi.a_plus), float(phi.a_minus)
-        if (ap, am) == (1.0, 0.0):
-            return torch.relu, lambda x: (x > 0).to(x.dtype)
-        if (ap, am) == (1.0, 1.0):
-            return (lambda x: x), torch.ones_like
-        return (lambda x: torch.where(x >= 0, ap * x, am * x),
-                lambda x: torch.where(x >= 0, torch.full_like(x, ap), torch.full_like(x, am)))
-    if isinstance(phi, Erf):
-        return _NAMED["erf"]
-    if isinstance(phi, Gelu):
-        return _NAMED["gelu"]
-    name = phi.name
-    if name in _NAMED and name in ACTIVATIONS:
-        try:
-            registered = ACTIVATIONS[name]().expr
-        except TypeError:  # pragma: no cover - parametrised factories
-            registered = None
-        if registered is not None and sp.simplify(registered - phi.expr) == 0:
-            return _NAMED[name]
-    try:
-        return _lambdify_torch(phi.expr), _lambdify_torch(sp.diff(phi.expr, S.x))
-    except Exception as err:  # pragma: no cover - sympy printer gaps
-        raise ValueError(f"activation {phi.name!r} ({phi.expr}) cannot be translated to torch: {err}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -325,6 +256,31 @@ class RLayerNorm(RLayer):
         return f"{type(self.spec).__name__}, dim={self.dim}"
 
 
+def _rms_normalise(z: torch.Tensor, dim: int) -> torch.Tensor:
+    """h / r with r = sqrt(mean h^2) over ``dim`` (no epsilon, no gain), with its exact JVP.
+
+    y = h / r;  dr = mean(h dt) / r, so dy = (dt - y * mean(y * dt)) / r.
+    """
+    h = z[:, :, :1]
+    r = h.pow(2).mean(dim, keepdim=True).sqrt()
+    y = h / r
+    if z.shape[2] == 1:
+        return y
+    t = z[:, :, 1:]
+    return torch.cat([y, (t - y * (y * t).mean(dim, keepdim=True)) / r], dim=2)
+
+
+class RRMSNorm(RLayer):
+    """RMSNorm without gain over the features of each token (pre or post: the same map)."""
+
+    def __init__(self, spec: RMSNorm):
+        super().__init__()
+        self.spec = spec
+
+    def forward(self, z, ctx):
+        return _rms_normalise(z, -1)
+
+
 class RBatchNorm(RLayer):
     """BatchNorm without affine parameters: each neuron over the inputs of the batch (axis B)."""
 
@@ -380,6 +336,8 @@ _REALISATIONS = [
     (ActivationLayer, RActivation),
     (LayerNormPre, RLayerNorm),
     (LayerNormPost, RLayerNorm),
+    (LayerNorm, RLayerNorm),
+    (RMSNorm, RRMSNorm),
     (BatchNorm, RBatchNorm),
     (Scale, RScale),
     (Residual, RResidual),
@@ -389,7 +347,7 @@ _REALISATIONS = [
 
 def realise(spec: Primitive | Architecture) -> RLayer:
     """The torch module of a primitive tree (or of an Architecture's block)."""
-    if isinstance(spec, Architecture):
+    if isinstance(spec, TreeSpec):
         spec = spec.block_spec()
     for cls, rcls in _REALISATIONS:
         if isinstance(spec, cls):

@@ -43,46 +43,23 @@ __all__ = [
     "mc_cosine_similarity",
 ]
 
-_TORCH_BASE = {
-    "relu": lambda: torch.relu,
-    "linear": lambda: (lambda v: v),
-    "abs": lambda: torch.abs,
-    "erf": lambda: torch.erf,
-    "gelu": lambda: (lambda v: F.gelu(v, approximate="none")),
-    "tanh": lambda: torch.tanh,
-    "silu": lambda: F.silu,
-    "swish": lambda: F.silu,
-    "softplus": lambda: (lambda v: F.softplus(v, beta=1.0, threshold=30.0)),
-}
-
-_SYMPY_TORCH = {
-    "exp": torch.exp, "log": torch.log, "tanh": torch.tanh, "erf": torch.erf, "sqrt": torch.sqrt,
-    "sin": torch.sin, "cos": torch.cos, "Abs": torch.abs, "atan": torch.atan, "asinh": torch.asinh,
-    "sinh": torch.sinh, "cosh": torch.cosh,
-}
-
-
 def torch_activation(base, negative_slope=None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A torch function for an activation of the registry (name) or a sympy expression in one symbol."""
-    if isinstance(base, str):
-        key = base.strip().lower()
-        if key == "leaky_relu":
-            slope = 0.01 if negative_slope is None else float(negative_slope)
-            return lambda v: F.leaky_relu(v, slope)
-        if key == "scale_invariant":
-            raise ValueError("use 'leaky_relu' with negative_slope for scale-invariant activations in torch")
-        if key in _TORCH_BASE:
-            return _TORCH_BASE[key]()
-        raise ValueError(f"activation={base!r} has no torch realisation; choose one of "
-                         f"{', '.join(['leaky_relu', *_TORCH_BASE])} or pass a sympy expression")
-    if isinstance(base, sp.Basic):
-        free = base.free_symbols
-        if len(free) != 1:
-            raise ValueError(f"activation expression {base} must have exactly one free symbol")
-        (var,) = free
-        fn = sp.lambdify(var, base, modules=[_SYMPY_TORCH, "math"])
-        return lambda v: fn(v)
-    raise ValueError(f"activation must be a registered name or a sympy expression, got {base!r}")
+    """A torch function for an activation of the registry (name) or a sympy expression in one symbol.
+
+    A thin front to :func:`meanfield.verification.torch_activations.torch_activation`
+    (the package's one table); ``negative_slope`` goes with 'leaky_relu'.
+    """
+    from ..activations import activation
+    from .torch_activations import torch_activation as _table
+
+    if isinstance(base, str) and base.strip().lower() == "leaky_relu":
+        return _table(activation("leaky_relu", negative_slope=0.01 if negative_slope is None
+                                 else float(negative_slope)))[0]
+    if isinstance(base, str) and base.strip().lower() == "scale_invariant":
+        raise ValueError("use 'leaky_relu' with negative_slope for scale-invariant activations in torch")
+    if not isinstance(base, (str, sp.Basic)):
+        raise ValueError(f"activation must be a registered name or a sympy expression, got {base!r}")
+    return _table(activation(base))[0]
 
 
 class ShapedActivation(nn.Module):

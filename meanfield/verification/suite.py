@@ -137,7 +137,12 @@ def _check_out_dir(out_dir: Path) -> Path:
     return out_dir
 
 
-def _arch(spec: dict) -> Architecture:
+def _arch(spec: dict):
+    """The case's spec: Architecture keywords, or a Network's JSON form ({"tree": [...], "mu": ...})."""
+    if "tree" in spec:
+        from ..calculus import from_json
+
+        return from_json(spec)
     spec = dict(spec)
     params = tuple(sorted((k, spec.pop(k)) for k in ("negative_slope", "a_plus", "a_minus") if k in spec))
     return Architecture(activation_params=params, **spec)
@@ -221,7 +226,7 @@ def _kind_profile(case, device, dtype):
     th = _theory_for(arch, sw, sb, r.depth, r)
     z, c = _tol(case)
     layers = np.arange(1, r.depth + 1)
-    bn = arch.norm == "bn"
+    bn = arch.couples_batch
     quantities = case.get("compare", ["K", "chi_J", "J"] + (["K12"] if bn else []))
     out = {"sigma_w": sw, "sigma_b": sb, "theory_source": th["source"], "seconds_mc": r.seconds,
            "input_overlap": r.input_overlap, "quantities": {}}
@@ -437,7 +442,7 @@ def _kind_factorisation(case, device, dtype):
     prod_se = prod * rel_se
     se = np.sqrt(r.J_se**2 + prod_se**2)
     layers = np.arange(1, r.depth + 1)
-    cmp_ = _compare(r.J, se, prod, layers, r.width, z, c, r.batch, arch.norm == "bn")
+    cmp_ = _compare(r.J, se, prod, layers, r.width, z, c, r.batch, arch.couples_batch)
     w = cmp_["worst"]
     ok = cmp_["n_bad"] == 0
     lines = [f"J^{{1,l}} measured directly vs prod_l' J^{{l',l'+1}} measured block by block: {cmp_['n_bad']}/"
@@ -463,7 +468,7 @@ def _kind_width_scan(case, device, dtype):
     first = int(case.get("average_from", 2))
     rows = []
     for N in case["widths"]:
-        extra = {"tokens": N} if arch.block != "mlp" and "tokens" not in case else {}
+        extra = {"tokens": N} if arch.has_tokens and "tokens" not in case else {}
         kw = _common_mc_kwargs({**case, "width": N, **extra}, device, dtype)
         r = monte_carlo(arch, sw, sb, **kw)
         th = _theory_for(arch, sw, sb, r.depth, r)
@@ -489,7 +494,49 @@ def _kind_width_scan(case, device, dtype):
     return ok, lines, out
 
 
+def _kind_torch_module(case, device, dtype):
+    """Monte Carlo on a torch model read by from_torch (the model itself, not a rebuilt twin).
+
+    ``"module": "package.module:factory"`` with ``"kwargs"``; the model is
+    read with :func:`~meanfield.from_torch`, drawn ``n_init`` times with
+    :func:`~meanfield.verification.initialise_`, and K^l, J^{1,l} at its
+    block boundaries are compared with the theory of the tree it was read as.
+    """
+    import importlib
+
+    from .from_torch import from_torch, monte_carlo_module
+
+    mod_name, _, attr = case["module"].partition(":")
+    factory = getattr(importlib.import_module(mod_name), attr)
+    model = factory(**case.get("kwargs", {})).to(dtype)
+    N0, B = int(case["input_dim"]), int(case.get("batch", 4))
+    x = torch.randn(B, N0, generator=torch.Generator().manual_seed(int(case.get("seed", 0))), dtype=dtype)
+    x = x * (N0 ** 0.5 / x.norm(dim=-1, keepdim=True))
+    sw, sb = float(case["sigma_w"]), float(case["sigma_b"])
+    net = from_torch(model, x)
+    t0 = time.time()
+    r = monte_carlo_module(model, x, sw, sb, n_init=int(case["n_init"]), seed=int(case.get("seed", 0)))
+    L = len(r.K)
+    th = theory_profile(net, sw, sb, L, K0=sw**2 * r.input_norm + sb**2)
+    z, c = _tol(case)
+    layers = np.arange(1, L + 1)
+    out = {"sigma_w": sw, "sigma_b": sb, "tree": str(net), "theory_source": th["source"],
+           "seconds_mc": time.time() - t0, "quantities": {}}
+    lines, ok_all = [f"read by from_torch as {net} (depth {net.depth})"], True
+    for q, mc, se in (("K", r.K, r.K_se), ("J", r.J, r.J_se)):
+        t = th[q][:L]
+        cmp_ = _compare(mc, se, t, layers, r.width, z, c)
+        ok_all &= cmp_["n_bad"] == 0
+        w = cmp_["worst"]
+        lines.append(f"{q}: {cmp_['n_bad']}/{L} points outside the band; largest deviation at l={layers[w]}: "
+                     f"MC {_fmt(mc[w])} +- {_fmt(se[w], 2)} vs theory {_fmt(t[w])}")
+        out["quantities"][q] = {"layers": _jl(layers), "mc": _jl(mc), "se": _jl(se), "theory": _jl(t),
+                                "ok": [bool(v) for v in cmp_["ok"]], "n_bad": cmp_["n_bad"]}
+    return ok_all, lines, out
+
+
 KINDS = {
+    "torch_module": _kind_torch_module,
     "width_scan": _kind_width_scan,
     "profile": _kind_profile,
     "exponent": _kind_exponent,

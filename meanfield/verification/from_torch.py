@@ -1,0 +1,509 @@
+r"""Any torch model in: read a user's ``nn.Module`` into the primitive tree, and draw its weights.
+
+:func:`from_torch` traces the module with ``torch.fx`` (symbolic tracing,
+no parsing of source code) and maps every graph node to a primitive of
+:mod:`meanfield.calculus`:
+
+==========================================  =======================================
+torch                                       primitive
+==========================================  =======================================
+``nn.Linear`` / ``F.linear``                ``dense()`` (``dense(sigma_b=0)`` without bias);
+                                            between two ``transpose(-1, -2)``: ``dense(axis='tokens')``
+activation modules and functional forms     ``act(...)`` (the table of :mod:`.torch_activations`)
+``nn.LayerNorm``                            ``layer_norm`` (pre or post by position)
+``nn.RMSNorm``                              ``rms_norm()``
+``nn.BatchNorm1d``                          ``batch_norm()``
+``a * x`` for a number or a parameter       ``scale(a)`` (a uniform per-channel scale: LayerScale)
+                                            in a branch; ``mu`` on a skip
+``x + f(x)``, ``mu * x + f(x)``             ``residual(f, mu=...)``
+``nn.Identity``, ``nn.Dropout(p=0)``        nothing
+==========================================  =======================================
+
+A network repeating one block after an input layer (and before an optional
+read-out layer) comes back as that block with ``depth`` = the number of
+repeats; otherwise the whole stack after the input layer is the block
+(depth 1). Anything else is a ValueError naming the node, its target and
+its position in the graph.
+
+:func:`initialise_` draws a model's weights in the convention of the theory
+(W ~ N(0, sigma_w^2 / fan_in), b ~ N(0, sigma_b^2), normalisation affine
+parameters at (1, 0)), in place; :func:`monte_carlo_module` measures K^l and
+J^{1,l} at the block boundaries of the user's own module.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy as sp
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import nn
+
+from .. import calculus as C
+from .torch_activations import read_function, read_module
+
+__all__ = ["from_torch", "initialise_", "monte_carlo_module", "ModuleMonteCarlo"]
+
+
+@dataclass
+class _Val:
+    """A graph value: ``layers`` applied to the value of fx node ``root``.
+
+    ``gaussian``: the value is a preactivation; ``pending``: a number it was
+    multiplied by (applied as a Scale in a branch, read as mu on a skip);
+    ``ends``: fx nodes where the top-level items of ``layers`` end.
+    """
+
+    root: object
+    layers: list
+    gaussian: bool = True
+    transposed: bool = False
+    ends: list = field(default_factory=list)
+
+
+def _where(node, position) -> str:
+    tgt = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", str(node.target))
+    return f"graph node {position} ({node.op} {tgt!r}, fx name {node.name!r})"
+
+
+def _uniform(t: torch.Tensor, what: str, where: str) -> float:
+    t = t.detach().double().reshape(-1)
+    if t.numel() == 0 or not torch.allclose(t, t[0].expand_as(t), rtol=0, atol=0):
+        raise ValueError(f"{where}: {what} is not uniform over channels; the infinite-width theory needs one "
+                         "value per layer (set it to a constant, e.g. LayerScale initialised to eps)")
+    return float(t[0])
+
+
+def _check_affine(m, where):
+    w = getattr(m, "weight", None)
+    b = getattr(m, "bias", None)
+    if w is not None and not torch.all(w.detach() == 1):
+        raise ValueError(f"{where}: {type(m).__name__}.weight is not 1 (its value at initialisation); "
+                         "meanfield.verification.initialise_ resets it")
+    if b is not None and not torch.all(b.detach() == 0):
+        raise ValueError(f"{where}: {type(m).__name__}.bias is not 0 (its value at initialisation)")
+
+
+def _bind(fn, args, kwargs) -> dict:
+    """The keyword arguments of a functional call, positional ones named (for F.leaky_relu(x, 0.2))."""
+    try:
+        sig = inspect.signature(fn)
+        bound = sig.bind_partial(*args, **kwargs)
+        out = dict(bound.arguments)
+        out.pop(next(iter(sig.parameters)), None)  # the input tensor
+        return out
+    except (TypeError, ValueError):
+        return dict(kwargs)
+
+
+class _Reader:
+    def __init__(self, module, gm):
+        self.module = module
+        self.gm = gm
+        self.vals = {}
+        self.consts = {}
+
+    # -- helpers -------------------------------------------------------------
+    def val(self, a, node, pos) -> _Val:
+        if isinstance(a, torch.fx.Node) and a in self.vals:
+            return self.vals[a]
+        raise ValueError(f"{_where(node, pos)}: an operand is not a tensor computed from the input "
+                         f"({a!r}); only the operations listed in meanfield.verification.from_torch are read")
+
+    def number(self, a, node, pos):
+        """A python number, a 0-d/uniform parameter or buffer; None if ``a`` is a traced tensor value."""
+        if isinstance(a, (int, float)) and not isinstance(a, bool):
+            return float(a)
+        if isinstance(a, torch.fx.Node) and a in self.consts:
+            t, where = self.consts[a]
+            if isinstance(t, torch.Tensor):
+                return _uniform(t, f"the scale {a.target!r}", where)
+            return float(t)
+        return None
+
+    def extend(self, v: _Val, prim, node, gaussian=None) -> _Val:
+        layers = list(v.layers)
+        if not layers and not isinstance(prim, C.Dense):
+            raise ValueError(f"fx node {node.name!r}: {C._short(prim)} acts on the raw input; the first layer must "
+                             "be the input layer (nn.Linear), as in the theory")
+        layers.append(prim)
+        g = v.gaussian if gaussian is None else gaussian
+        return _Val(v.root, layers, g, v.transposed, v.ends + [node])
+
+    # -- the walk --------------------------------------------------------------
+    def read(self):
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != 1:
+            raise ValueError(f"from_torch reads modules with one tensor input; this one takes "
+                             f"{len(placeholders)} ({', '.join(p.name for p in placeholders)})")
+        out = None
+        for pos, node in enumerate(self.gm.graph.nodes):
+            if node.op == "placeholder":
+                self.vals[node] = _Val(node, [], gaussian=False, ends=[])
+                self.input_node = node
+            elif node.op == "get_attr":
+                # a parameter or buffer: read as a number only where it is used as a scale
+                self.consts[node] = (_fetch_attr(self.gm, node.target), _where(node, pos))
+            elif node.op == "call_module":
+                self.call_module(node, pos)
+            elif node.op in ("call_function", "call_method"):
+                self.call_function(node, pos)
+            elif node.op == "output":
+                a = node.args[0]
+                if isinstance(a, (tuple, list)):
+                    if len(a) != 1:
+                        raise ValueError(f"{_where(node, pos)}: the module returns {len(a)} values; one expected")
+                    a = a[0]
+                out = self.val(a, node, pos)
+        return out
+
+    def call_module(self, node, pos):
+        m = self.gm.get_submodule(node.target)
+        where = _where(node, pos) + f" [{type(m).__name__}]"
+        x = self.val(node.args[0], node, pos) if node.args else None
+        if isinstance(m, (nn.Identity,)) or (isinstance(m, nn.Dropout) and (m.p == 0 or not m.training)):
+            self.vals[node] = x
+            return
+        if isinstance(m, nn.Linear):
+            self.vals[node] = self.linear(x, m.bias is not None, node, where)
+            return
+        phi = read_module(m)
+        if phi is not None:
+            self._act(node, x, phi, where)
+            return
+        if isinstance(m, nn.LayerNorm):
+            _check_affine(m, where)
+            if len(m.normalized_shape) != 1:
+                raise ValueError(f"{where}: LayerNorm over {tuple(m.normalized_shape)}; only the last axis is read")
+            prim = C.layer_norm("pre" if x.gaussian else "post")
+            self.vals[node] = self.extend(x, prim, node)
+            return
+        if hasattr(nn, "RMSNorm") and isinstance(m, nn.RMSNorm):
+            _check_affine(m, where)
+            self.vals[node] = self.extend(x, C.rms_norm(), node)
+            return
+        if isinstance(m, nn.BatchNorm1d):
+            _check_affine(m, where)
+            if not m.training:
+                raise ValueError(f"{where}: BatchNorm1d in eval mode uses running statistics; the theory is "
+                                 "BatchNorm with batch statistics (call module.train())")
+            if not x.gaussian:
+                raise ValueError(f"{where}: BatchNorm after an activation is not a primitive of the theory")
+            self.vals[node] = self.extend(x, C.batch_norm(), node)
+            return
+        raise ValueError(f"{where}: unsupported module {type(m).__name__}; from_torch reads nn.Linear, activation "
+                         "modules, nn.LayerNorm, nn.RMSNorm, nn.BatchNorm1d, residual additions and scales")
+
+    def _act(self, node, x, phi, where):
+        if x.gaussian is False and x.layers:
+            raise ValueError(f"{where}: activation {phi.name!r} acts on a value that is not a preactivation "
+                             "(two element-wise maps without a Linear layer between them)")
+        self.vals[node] = self.extend(x, C.ActivationLayer(phi), node, gaussian=False)
+
+    def linear(self, x, has_bias, node, where):
+        axis = "tokens" if x.transposed else "features"
+        return self.extend(x, C.dense(sigma_b=None if has_bias else 0, axis=axis), node, gaussian=True)
+
+    def call_function(self, node, pos):
+        tgt = node.target
+        where = _where(node, pos)
+        args = list(node.args)
+        name = tgt if isinstance(tgt, str) else getattr(tgt, "__name__", "")
+        # element-wise activations (functional, torch.* or tensor methods)
+        if args and isinstance(args[0], torch.fx.Node) and args[0] in self.vals:
+            phi = read_function(tgt, _bind(tgt, args, node.kwargs) if callable(tgt) else dict(node.kwargs))
+            if phi is not None:
+                self._act(node, self.vals[args[0]], phi, where)
+                return
+        if tgt is F.linear:
+            x = self.val(args[0], node, pos)
+            bias = args[2] if len(args) > 2 else node.kwargs.get("bias")
+            self.vals[node] = self.linear(x, bias is not None, node, where)
+            return
+        if name in ("transpose",) or tgt is torch.transpose:
+            x = self.val(args[0], node, pos)
+            dims = sorted(int(d) % 3 if isinstance(d, int) else d for d in args[1:3]) if len(args) >= 3 else None
+            if dims not in ([1, 2],):
+                raise ValueError(f"{where}: only transpose(1, 2) of (batch, tokens, channels) tensors is read")
+            self.vals[node] = _Val(x.root, list(x.layers), x.gaussian, not x.transposed, list(x.ends))
+            return
+        if name in ("contiguous",):
+            self.vals[node] = self.val(args[0], node, pos)
+            return
+        if tgt in (torch.mul, getattr(torch.Tensor, "mul", None)) or name in ("mul", "mul_") or tgt is _op("mul"):
+            a, b = args[0], args[1]
+            na, nb = self.number(a, node, pos), self.number(b, node, pos)
+            if (na is None) == (nb is None):
+                raise ValueError(f"{where}: a product of two computed tensors (or of two numbers) is not a "
+                                 "primitive; scales must be numbers or uniform parameters")
+            x = self.val(b if na is not None else a, node, pos)
+            c = na if na is not None else nb
+            self.vals[node] = self.extend(x, _PendingScale(c), node)
+            return
+        if tgt in (torch.add,) or name in ("add", "iadd") or tgt is _op("add") or tgt is _op("iadd"):
+            self.vals[node] = self.add(node, pos, where)
+            return
+        raise ValueError(f"{where}: unsupported operation {name or tgt!r}; from_torch reads nn.Linear/F.linear, "
+                         "activations, LayerNorm, RMSNorm, BatchNorm1d, x + f(x), mu * x + f(x) and scales")
+
+    def add(self, node, pos, where):
+        a, b = node.args[0], node.args[1]
+        if node.kwargs.get("alpha", 1) != 1:
+            raise ValueError(f"{where}: add with alpha is not read")
+        va, vb = self.val(a, node, pos), self.val(b, node, pos)
+        if va.root is not vb.root:
+            raise ValueError(f"{where}: the two summands do not come from the same input")
+        # the skip is the operand whose layers are a prefix of the other's (up to a final scale)
+        for skip, br in ((va, vb), (vb, va)):
+            sl = list(skip.layers)
+            mu = 1.0
+            if sl and isinstance(sl[-1], _PendingScale):
+                mu = sl[-1].value
+                sl = sl[:-1]
+            n = len(sl)
+            if br.layers[:n] == sl and len(br.layers) > n and skip.ends[:n] == br.ends[:n]:
+                branch = [_finalise(p) for p in br.layers[n:]]
+                try:
+                    res = C.residual(*branch, mu=mu)
+                except ValueError as err:
+                    raise ValueError(f"{where}: residual addition: {err}") from None
+                return _Val(skip.root, sl + [res], True, skip.transposed, skip.ends[:n] + [node])
+        raise ValueError(f"{where}: an addition that is not x + f(x) or mu * x + f(x) (neither summand is "
+                         "the other's input)")
+
+
+@dataclass(frozen=True)
+class _PendingScale:
+    """A multiplication by a number, resolved to Scale (in a branch) or mu (on a skip)."""
+
+    value: float
+
+
+def _finalise(p):
+    if isinstance(p, _PendingScale):
+        return C.scale(p.value)
+    return p
+
+
+def _op(name):
+    import operator
+
+    return getattr(operator, name)
+
+
+def _fetch_attr(gm, target):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _period(seq):
+    """Smallest p with seq == seq[:p] * (len(seq) // p)."""
+    n = len(seq)
+    for p in range(1, n + 1):
+        if n % p == 0 and seq == seq[:p] * (n // p):
+            return p
+    return n
+
+
+def _valid(layers) -> bool:
+    try:
+        C.Network(C.serial(*layers))
+        return True
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class _Reading:
+    network: "C.Network"
+    gm: torch.fx.GraphModule
+    input_node: object  # fx node whose output is h^1 (None: no input layer read)
+    block_ends: tuple   # fx nodes whose outputs are h^2, h^3, ...
+
+
+def _read(module, example_input):
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    try:
+        gm = torch.fx.symbolic_trace(module)
+    except Exception as err:
+        raise ValueError(f"torch.fx could not trace {type(module).__name__}: {err}") from None
+    if example_input is not None:
+        if not isinstance(example_input, torch.Tensor):
+            raise ValueError("example_input must be a torch.Tensor (one input batch)")
+        with torch.no_grad():
+            gm(example_input)  # fails here, not later, if the module cannot run on it
+    r = _Reader(module, gm)
+    out = r.read()
+    layers = [_finalise(p) for p in out.layers]
+    ends = list(out.ends)
+    if not layers:
+        raise ValueError(f"{type(module).__name__} has no layers from_torch can read")
+    if any(isinstance(p, C.Residual) for p in layers[:1]) or not isinstance(layers[0], C.Dense):
+        raise ValueError(f"{type(module).__name__}: the first layer must be the input layer (nn.Linear), "
+                         f"found {C._short(layers[0])}")
+    in_node = ends[0]
+    body, body_ends = layers[1:], ends[1:]
+    # candidates (repeats, period, read-out cut), most repeats first; only the chosen block is
+    # validated (a symbolic pass over a deep whole stack grows fast, so never do it needlessly)
+    cands = []
+    for cut in (0, 1):  # without and with a trailing read-out Linear
+        if cut and not (body and isinstance(body[-1], C.Dense)):
+            continue
+        seq = body[: len(body) - cut]
+        if seq:
+            p = _period(seq)
+            cands.append((len(seq) // p, -cut, p, cut))
+    best = None
+    for reps, _, p, cut in sorted(cands, reverse=True):
+        if _valid(body[:p]):
+            best = (reps, p, cut)
+            break
+    n, p, cut = best
+    block = C.serial(*body[:p])
+    mus = sorted({float(q.mu) for q in block.primitives() if isinstance(q, C.Residual)})
+    net = C.Network(block, depth=n)
+    if len(body) - cut == len(body[: p]) * n and n == 1:
+        pass
+    block_ends = tuple(body_ends[(i + 1) * p - 1] for i in range(n))
+    del mus
+    return _Reading(net, gm, in_node, block_ends)
+
+
+def from_torch(module, example_input=None):
+    """The :class:`~meanfield.Network` of a torch model, read with ``torch.fx``.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The user's model: an input ``nn.Linear``, then blocks, then optionally
+        a read-out ``nn.Linear``. Its own ``forward`` may use torch functions,
+        tensor methods and sub-modules (see the module docstring for what is read).
+    example_input : torch.Tensor, optional
+        One input batch; the traced module is run on it once to check it.
+
+    Returns
+    -------
+    Network
+        The repeated block with ``depth`` = its number of repeats (the whole
+        stack after the input layer with depth 1 when blocks differ).
+        Residual strengths and scales are numbers in the tree; weights and
+        biases keep the symbols sigma_w, sigma_b (a Linear without bias has
+        sigma_b = 0), so critical lines and points apply directly.
+
+    Raises
+    ------
+    ValueError
+        An operation the theory has no primitive for, named with its fx node
+        and position.
+    """
+    return _read(module, example_input).network
+
+
+def initialise_(module, sigma_w=1.0, sigma_b=0.0, generator=None):
+    """Draw ``module``'s weights in place: W ~ N(0, sigma_w^2/fan_in), b ~ N(0, sigma_b^2).
+
+    Every ``nn.Linear`` is drawn (the input layer and a read-out too);
+    LayerNorm / RMSNorm / BatchNorm affine parameters are set to (1, 0).
+    Other parameters (LayerScale) are left as they are. Returns ``module``.
+    """
+    from .._validate import check_real
+
+    check_real("sigma_w", sigma_w, minimum=0)
+    check_real("sigma_b", sigma_b, minimum=0)
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    norms = tuple(c for c in (nn.LayerNorm, getattr(nn, "RMSNorm", None), nn.BatchNorm1d) if c is not None)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.normal_(0.0, float(sigma_w) / math.sqrt(m.in_features), generator=generator)
+                if m.bias is not None:
+                    m.bias.normal_(0.0, float(sigma_b), generator=generator)
+            elif isinstance(m, norms):
+                if getattr(m, "weight", None) is not None:
+                    m.weight.fill_(1.0)
+                if getattr(m, "bias", None) is not None:
+                    m.bias.zero_()
+    return module
+
+
+@dataclass(frozen=True)
+class ModuleMonteCarlo:
+    """K^l and J^{1,l} measured on a user's module at h^1 (input layer) and each block output.
+
+    Arrays of length depth + 1 (l = 1 .. depth + 1), mean and standard error
+    over ``n_init`` initialisations.
+    """
+
+    K: np.ndarray
+    K_se: np.ndarray
+    J: np.ndarray
+    J_se: np.ndarray
+    width: int
+    n_init: int
+    input_norm: float
+
+
+class _Capture(torch.fx.Interpreter):
+    def __init__(self, gm, replace_node, value, watch):
+        super().__init__(gm)
+        self.replace_node, self.value, self.watch = replace_node, value, watch
+        self.seen = {}
+
+    def run_node(self, n):
+        out = self.value if n is self.replace_node else super().run_node(n)
+        if n in self.watch:
+            self.seen[n] = out
+        return out
+
+
+def monte_carlo_module(module, x, sigma_w, sigma_b, n_init=16, seed=0, n_probes=1):
+    """Monte Carlo on the user's own module: K^l and J^{1,l} at the block boundaries.
+
+    For each of ``n_init`` draws of :func:`initialise_` the module runs on
+    the inputs ``x`` (batch, features); K^l is the mean of h^2 over
+    features and inputs at h^1 and at every block output, J^{1,l} the APJN
+    ||J v||^2 / N_l for a Gaussian probe v of h^1 (forward mode,
+    ``torch.func.jvp``). Compare with ``theory_profile(from_torch(module),
+    sigma_w, sigma_b, depth + 1, K0=sigma_w^2 |x|^2/N0 + sigma_b^2)``.
+    """
+    reading = _read(module, x)
+    watch = (reading.input_node,) + reading.block_ends
+    gen = torch.Generator().manual_seed(int(seed))
+    Ks, Js = [], []
+    for i in range(int(n_init)):
+        initialise_(module, sigma_w, sigma_b, generator=gen)
+        gm = torch.fx.symbolic_trace(module)
+        nodes = {n.name: n for n in gm.graph.nodes}
+        w = tuple(nodes[n.name] for n in watch)
+        with torch.no_grad():
+            cap = _Capture(gm, None, None, set(w))
+            cap.run(x)
+        hs = [cap.seen[n] for n in w]
+        Ks.append([float(h.detach().pow(2).mean()) for h in hs])
+        h1 = hs[0].detach()
+
+        def rest(h, gm=gm, w=w):
+            c = _Capture(gm, w[0], h, set(w[1:]))
+            c.run(x)
+            return tuple(c.seen[n] for n in w[1:])
+
+        acc = np.zeros(len(w))
+        for _ in range(int(n_probes)):
+            v = torch.randn(h1.shape, generator=gen, dtype=h1.dtype)
+            _, tangents = torch.func.jvp(rest, (h1,), (v,))
+            # J^{1,1} = 1 by definition; E||J v||^2 / N_l = tr(J J^T) / N_l for v ~ N(0, I)
+            acc += np.array([1.0] + [float(t.detach().pow(2).sum() / t.numel()) for t in tangents])
+        Js.append(acc / int(n_probes))
+    Ks, Js = np.array(Ks), np.array(Js)
+    n = Ks.shape[0]
+    q = float(x.pow(2).sum(-1).mean() / x.shape[-1])
+    return ModuleMonteCarlo(Ks.mean(0), Ks.std(0, ddof=1) / math.sqrt(n), Js.mean(0),
+                            Js.std(0, ddof=1) / math.sqrt(n), int(hs[0].shape[-1]), n, q)
