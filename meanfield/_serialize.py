@@ -101,7 +101,7 @@ def _architecture_spec(arch) -> dict:
 
 def encode(obj, arrays: dict | None = None, _path: str = ""):
     """The lossless JSON form of ``obj``; with ``arrays`` (a dict), arrays go there instead (for NPZ)."""
-    from .calculus import Architecture
+    from .calculus import Architecture, TreeSpec
 
     if obj is None or isinstance(obj, (bool, str)):
         return obj
@@ -122,6 +122,8 @@ def encode(obj, arrays: dict | None = None, _path: str = ""):
         return {"__ndarray__": _enc_array_values(obj), "dtype": kind, "shape": list(obj.shape)}
     if isinstance(obj, Architecture):
         return {"__architecture__": _architecture_spec(obj)}
+    if isinstance(obj, TreeSpec):   # a Network: its JSON form (calculus.to_json)
+        return {"__network__": obj.to_json()}
     if isinstance(obj, Enum):
         return obj.value
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -177,6 +179,10 @@ def decode(data, arrays=None):
         except ValueError as exc:
             raise ValueError(f"the saved architecture {spec} cannot be rebuilt ({exc}); a user-defined "
                              "activation must be registered before loading") from None
+    if "__network__" in data:
+        from .calculus import from_json
+
+        return from_json(data["__network__"])
     if "__result__" in data:
         import importlib
 
@@ -292,9 +298,9 @@ def _num(v) -> str:
 
 
 def _short(name, v) -> str:
-    from .calculus import Architecture
+    from .calculus import TreeSpec
 
-    if isinstance(v, Architecture):
+    if isinstance(v, TreeSpec):
         return str(v)
     if isinstance(v, (bool, np.bool_)):
         return str(bool(v))

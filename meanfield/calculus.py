@@ -613,6 +613,16 @@ class TreeSpec:
         return any(getattr(p, "axis", None) in ("tokens", "channels") for p in self.nodes())
 
     @property
+    def normalises(self) -> bool:
+        """True when a layer divides by a variance of its input (LayerNorm, RMSNorm, BatchNorm)."""
+        return any(isinstance(p, (LayerNormPre, LayerNormPost, LayerNorm, RMSNorm, BatchNorm)) for p in self.nodes())
+
+    @property
+    def centres_features(self) -> bool:
+        """True when a layer subtracts the mean over features (LayerNorm; the Mixer's channel LayerNorm)."""
+        return any(isinstance(p, (LayerNormPre, LayerNormPost, LayerNorm)) for p in self.nodes())
+
+    @property
     def needs_pair(self) -> bool:
         """True when the pair covariance K12 feeds back into K or chi_J (read from the recursion)."""
         from .symbolic import recursion
@@ -952,7 +962,7 @@ def _activation_json(phi: Activation) -> dict:
 
 
 def _activation_from_json(d: dict) -> Activation:
-    from .activations import Activation as _A
+    from .activations import user_activation
 
     d = dict(d)
     if "expr" in d:
@@ -961,8 +971,8 @@ def _activation_from_json(d: dict) -> Activation:
             expr = sp.sympify(d["expr"], locals={"x": S.x})
         except (sp.SympifyError, SyntaxError, TypeError) as err:
             raise ValueError(f"activation expr {d['expr']!r} cannot be read: {err}") from None
-        act_ = _make_activation(expr)
-        return _A(d.get("name", act_.name), act_.expr)
+        # the same route as act(expr): built-ins recognised, user expressions checked
+        return user_activation(expr, name=d.get("name"))
     name = d.pop("name", None)
     if name is None:
         raise ValueError(f"an activation node needs 'name' or 'expr', got {d!r}")

@@ -432,7 +432,8 @@ def _load(arch: Architecture):
         from . import _kernels
         from ._cache import _NOTICED, compile_notice
 
-        what = f"the {arch.activation.name} recursion" + ("" if str(arch) == arch.activation.name else f" ({arch})")
+        names = ", ".join(phi.name for phi in arch.activations())
+        what = f"the {names} recursion" + ("" if str(arch) == names else f" ({arch})")
         from ._cache import kernels_cold
 
         if kernels_cold(_kernels):  # say it once: both compile now

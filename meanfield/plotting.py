@@ -30,7 +30,12 @@ _NO_PHASE_STYLE = {  # phase code -> (face colour, hatch)
 
 
 def architecture_latex(arch) -> str:
-    r"""A readable description of an Architecture for titles (``GELU, pre-LayerNorm, $\mu = 0.5$``)."""
+    r"""A readable description of an Architecture for titles (``GELU, pre-LayerNorm, $\mu = 0.5$``);
+    a composed Network is described by its name or tree (``str``)."""
+    from .calculus import Architecture
+
+    if not isinstance(arch, Architecture):
+        return str(arch).replace("$", r"\$")
     name = arch.activation.name
     parts = [_ACT_NAMES.get(name, name)]
     if arch.block == "resmlp":

@@ -16,7 +16,7 @@ def _agree(net, sw, sb, depth, width, n_init):
     th = theory_profile(net, sw, sb, depth)
     layers = np.arange(1, depth + 1)
     for q, mc, se, t, ll in (("K", r.K, r.K_se, th["K"], layers),
-                             ("chi_J", r.chi_J, r.chi_J_se, th["chi_J"][:depth - 1], layers[:-1])):
+                             ("chi_J", r.chi_J, r.chi_J_se, th["chi_J"][:depth], layers)):
         tol = Z * se + C * ll / width * np.abs(t)
         bad = np.abs(mc - t) > tol
         assert not bad.any(), (q, ll[bad], mc[bad], t[bad], se[bad])

@@ -50,7 +50,7 @@ class KernelProfile(Result):
 
 def _normalises(arch, comp) -> bool:
     """Whether a block divides by a variance of its input (LayerNorm, BatchNorm, the Mixer's LN)."""
-    return arch.norm != "none" or arch.block == "mixer" or comp.pair
+    return arch.normalises or comp.pair
 
 
 def _undefined(arch, comp, K0, Q0, W, T, K0_given, Q_given):
@@ -72,14 +72,14 @@ def _undefined(arch, comp, K0, Q0, W, T, K0_given, Q_given):
         k0, q0, w, t = (float(np.ravel(a)[i]) for a in (K0, Q0, W, T))
         if zero.ravel()[i]:
             if K0_given:
-                return (f"K0=0 with norm={arch.norm!r}, block={arch.block!r}: the first block normalises a zero "
+                return (f"K0=0 with {arch}: the first block normalises a zero "
                         "signal, which is 0/0 at infinite width; pass K0 > 0")
-            return (f"sigma_w = sigma_b = 0 with norm={arch.norm!r}, block={arch.block!r}: the first layer's "
+            return (f"sigma_w = sigma_b = 0 with {arch}: the first layer's "
                     "output is exactly 0 and its normalisation is 0/0; pass sigma_w > 0 or sigma_b > 0")
         if Q_given:
             return (f"K12_0 = K0 = {k0:g}: the two inputs are identical, so the normalisation over the pair "
                     "(BatchNorm's batch variance K - K12) is 0/0; pass |K12_0| < K0")
-        return (f"sigma_w=0 with norm={arch.norm!r}, block={arch.block!r}: the two inputs give identical "
+        return (f"sigma_w=0 with {arch}: the two inputs give identical "
                 "preactivations (K12 = K), so the normalisation over the pair (BatchNorm's batch variance "
                 "K - K12) is 0/0; pass sigma_w > 0")
     return bad, why
@@ -191,9 +191,9 @@ def _check_profile(arch, sw, sb, K, X):
         K[f:] = np.inf
     if np.isnan(X).any() or np.isnan(K).any():
         i = int(np.flatnonzero(np.isnan(X) | np.isnan(K))[0])
-        if K[i] == 0.0 and (arch.norm != "none" or arch.block == "mixer"):
-            raise ValueError(f"kernel_profile: sigma_w={sw:g}, sigma_b={sb:g} with norm={arch.norm!r}, "
-                             f"block={arch.block!r}: K^{i + 1} = 0 enters a normalisation, which is 0/0; "
+        if K[i] == 0.0 and arch.normalises:
+            raise ValueError(f"kernel_profile: sigma_w={sw:g}, sigma_b={sb:g} with {arch}: "
+                             f"K^{i + 1} = 0 enters a normalisation, which is 0/0; "
                              "pass sigma_b > 0")
         from ._common import ConvergenceError
 
@@ -254,7 +254,7 @@ def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None
     if zero_norm.any() and errors == "raise":
         i = int(np.flatnonzero(zero_norm)[0])
         raise ValueError(f"sigma_w={float(sw.ravel()[i]):g}, sigma_b={float(sb.ravel()[i]):g} with "
-                         f"norm={arch.norm!r}, block={arch.block!r}: the kernel reaches K* = 0 and the "
+                         f"{arch}: the kernel reaches K* = 0 and the "
                          "normalisation of that zero signal is 0/0; pass sigma_b > 0")
     outS[nanfac & ~zero_norm] = ST_NAN
     outS[zero_norm] = ST_UNDEFINED

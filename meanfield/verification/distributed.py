@@ -365,7 +365,7 @@ def phase_diagram_distributed(client, arch, sigma_w, sigma_b, depth, width, n_in
         except (OSError, KeyError, json.JSONDecodeError):
             layout = None
     if layout is None:
-        T = (tokens or width) if arch.block != "mlp" else 1
+        T = (tokens or width) if arch.has_tokens else 1
 
         def need(P):  # bytes of one initialisation over P points (the single-process run's estimate)
             return _bytes_per_init(P, batch, T, width, n_probes, False, True, dtype)

@@ -96,15 +96,15 @@ def _check_degenerate(arch, sw, sb, width, input_correlation):
     layer (sigma_w = sigma_b = 0), BatchNorm of identical inputs
     (input_correlation = 1 or sigma_w = 0: zero batch variance).
     """
-    ln = arch.norm in ("ln_pre", "ln_post") or arch.block == "mixer"
+    ln = arch.centres_features
     if ln and width < 2:
-        raise ValueError(f"width must be >= 2 with norm={arch.norm!r}, block={arch.block!r}: a LayerNorm over "
+        raise ValueError(f"width must be >= 2 with {arch}: a LayerNorm over "
                          "one feature subtracts its own mean and divides 0 by 0")
     sw, sb = np.asarray(sw, dtype=np.float64), np.asarray(sb, dtype=np.float64)
-    if (ln or arch.norm == "bn") and np.any((sw == 0) & (sb == 0)):
-        raise ValueError(f"sigma_w = sigma_b = 0 with norm={arch.norm!r}, block={arch.block!r}: the first layer's "
+    if arch.normalises and np.any((sw == 0) & (sb == 0)):
+        raise ValueError(f"sigma_w = sigma_b = 0 with {arch}: the first layer's "
                          "output is exactly 0 and its normalisation divides 0 by 0; use sigma_w > 0 or sigma_b > 0")
-    if arch.norm == "bn":
+    if arch.couples_batch:
         if np.any(sw == 0):
             raise ValueError("sigma_w=0 with norm='bn': every input gives the same preactivations (the biases), "
                              "so the batch variance is 0 and BatchNorm divides 0 by 0; use sigma_w > 0")
