@@ -43,10 +43,9 @@ and J1 of f' at c contribute (J1 + J0 c / K) p_K(c) / 2), which equals the
 derivative on the Gaussian weight, E[f(h)(h^2 - K)] / (2 K^2)
 (:func:`expect_dK`), without its cancellation at small K.
 
-The two-point rule of :func:`expect2` is the engine nested in itself (outer
-level over u split at u = 0 and the kinks in u, inner level over v given u
-split at v = 0 and the kinks in v), in numpy and, generated from the same
-source, in the compiled modules (:meth:`meanfield.numeric._Gen.quad2`). Two-point K-derivatives that would need delta terms on
+The two-point rule of :func:`expect2` (nested exp-sinh, inner rule centred
+where v = 0) splits only at u = 0 and v = 0; it refines where its error
+estimate is large. Two-point K-derivatives that would need delta terms on
 a line (a kinked factor differentiated twice) are NaN, not silently wrong.
 
 Accuracy limits worth knowing: the error is relative to E|f(h)|, so a

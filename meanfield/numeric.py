@@ -60,8 +60,7 @@ from sympy.printing.pycode import PythonCodePrinter
 from . import symbols as S
 from .calculus import Architecture, as_architecture
 from .gaussian import (GaussianExpectation, GaussianExpectation2, QUAD1_SOURCE, QUAD_ES_T, QUAD_MAX_LEVEL,
-                       QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, _TOL_BASE, _TOL_REFINED, pieces,
-                       two_point_cuts)
+                       QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, _TOL_BASE, _TOL_REFINED, pieces)
 from .symbolic import recursion
 
 __all__ = ["W", "T", "ARGS", "FUNCTIONS", "CompiledRecursion", "compiled", "generate_source",
@@ -213,59 +212,32 @@ class _Gen:
         return self.one[key]
 
     def quad2(self, f: sp.Lambda) -> str:
-        """E[f(u, v)] compiled: the nested engines of :func:`meanfield.gaussian.expect2`.
-
-        u = sqrt(K1) z1 (outer engine, split at u = 0 and the cuts of f in u);
-        given u, v = m + sd z with m = rho sqrt(K2) z1, sd = sqrt(K2 (1 - rho^2))
-        (inner engine, split at v = 0 and the cuts in v). A level that does not
-        converge gives NaN, which the solvers report.
-        """
         key = sp.srepr(f)
         if key not in self.two:
             i = len(self.two)
             fname, qname = f"_f2_{i}", f"_E2_{i}"
             self._body(fname, f.variables, f.expr)
-            cuts_u, cuts_v = two_point_cuts(f)
-            engine = QUAD1_SOURCE[QUAD1_SOURCE.index("def _quad1_scalar("):QUAD1_SOURCE.index("def _segment(")]
-            # inner: F_(h) = f(u_, m_ + h); outer: F_(h) = E[f(h, v) | u = h]
-            inner = engine.replace("def _quad1_scalar(", f"def _quad2v_{i}(").replace("cuts, F_,", "cuts,")
-            inner = inner.replace("tol0, tol):", "tol0, tol, u_, m_):").replace("F_(", f"{fname}(u_, m_ + ")
-            outer = engine.replace("def _quad1_scalar(", f"def _quad2u_{i}(").replace("cuts, F_,", "cuts,")
-            outer = outer.replace("tol0, tol):", "tol0, tol, a_, sd_):").replace("F_(", f"_g2_{i}(a_, sd_, ")
-            rule = (f"{QUAD_STEP!r}, {QUAD_ES_T[0]!r}, {QUAD_ES_T[1]!r}, {QUAD_TS_T!r}, {QUAD_ZMAX!r}, "
-                    f"{QUAD_MAX_LEVEL!r}, {_TOL_BASE!r}, {_TOL_REFINED!r}")
             self.lines += [
-                f"_CUTS2U_{i} = np.array([{', '.join(repr(c) for c in cuts_u)}], dtype=np.float64)",
-                f"_CUTS2V_{i} = np.array([{', '.join(repr(c) for c in (0.0, *cuts_v))}], dtype=np.float64)",
-                "",
-                f"@{_JIT}",
-                inner.strip(),
-                "",
-                "",
-                f"@{_JIT}",
-                f"def _g2_{i}(a_, sd_, u):",
-                "    m = a_ * u",
-                f"    val, scale, delta, ok = _quad2v_{i}(sd_, _CUTS2V_{i} - m, {rule}, u, m)",
-                "    return val if ok else math.nan",
-                "",
-                "",
-                f"@{_JIT}",
-                outer.strip(),
-                "",
-                "",
                 f"@{_JIT}",
                 f"def {qname}(K1, K2, K12):",
-                "    if not (K1 >= 0.0 and K2 >= 0.0):",
-                "        return math.nan",
                 "    d = math.sqrt(K1 * K2)",
                 "    rho = 0.0",
                 "    if d > 0.0:",
                 "        rho = min(1.0, max(-1.0, K12 / d))",
                 "    s1 = math.sqrt(K1)",
-                "    a = rho * math.sqrt(K2) / s1 if s1 > 0.0 else 0.0",
+                "    a = rho * math.sqrt(K2)",
                 "    sd = math.sqrt(max(K2 * (1.0 - rho * rho), 0.0))",
-                f"    val, scale, delta, ok = _quad2u_{i}(s1, _CUTS2U_{i}, {rule}, a, sd)",
-                "    return val if ok else math.nan",
+                "    acc = 0.0",
+                "    for i in range(_NQ):",
+                "        for sgn in (1.0, -1.0):",
+                "            z1 = sgn * _RU[i]",
+                "            u = s1 * z1",
+                "            m = a * z1",
+                "            inner = 0.0",
+                "            for j in range(_NQ):",
+                f"                inner += _RW[j] * ({fname}(u, m + sd * _RU[j]) + {fname}(u, m - sd * _RU[j]))",
+                "            acc += _RW[i] * inner",
+                "    return acc",
                 "",
             ]
             self.two[key] = qname
@@ -356,6 +328,7 @@ def generate_source(arch) -> str:
         "import math",
         "from numba import cfunc, njit, types",
         "import numpy as np",
+        "from meanfield.gaussian import RULE_U as _RU, RULE_W as _RW",
         "",
         "",
         "# the node generators of the engine (meanfield.gaussian.QUAD1_SOURCE)",
@@ -372,6 +345,7 @@ def generate_source(arch) -> str:
         "        return a + math.log1p(math.exp(-a))",
         "    return math.log1p(math.exp(a))",
         "",
+        "_NQ = _RU.shape[0]",
         "_SIG = types.float64(types.int64, *([types.float64] * 6))",
         "",
     ]

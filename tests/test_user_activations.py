@@ -260,33 +260,3 @@ def test_two_point_kinks_away_from_zero():
         ref = mp.quad(outer, [1, 2, 4, 8, mp.inf])
     got = float(expect2(numpy_function(lam), 1.0, 1.0, 0.5, two_point_cuts(lam)))
     assert abs(got - float(ref)) < 1e-12 * float(ref)
-
-
-def _scipy_pair(f, K1, K2, K12, cuts):
-    """E[f(u) f(v)] by nested QUADPACK, each level split at 0 and the kinks (an independent route)."""
-    from scipy import integrate, stats
-
-    rho = K12 / np.sqrt(K1 * K2)
-    edges = sorted({-np.inf, -12.0 * np.sqrt(max(K1, K2)), 0.0, *cuts, 12.0 * np.sqrt(max(K1, K2)), np.inf})
-
-    def quad(g):
-        return sum(integrate.quad(g, a, b, limit=200, epsabs=1e-15, epsrel=1e-13)[0]
-                   for a, b in zip(edges[:-1], edges[1:]))
-
-    def inner(u):
-        m, s = rho * np.sqrt(K2 / K1) * u, np.sqrt(K2 * (1 - rho**2))
-        return quad(lambda v: f(v) * stats.norm.pdf(v, m, s))
-
-    return quad(lambda u: f(u) * inner(u) * stats.norm.pdf(u, 0.0, np.sqrt(K1)))
-
-
-@pytest.mark.parametrize("expr, f, cuts", [
-    (sp.Max(x - 1, 0), lambda t: np.maximum(t - 1.0, 0.0), (1.0,)),
-    (sp.Abs(x - sp.Rational(1, 2)), lambda t: np.abs(t - 0.5), (0.5,)),
-])
-def test_compiled_pair_kernel_resolves_kinks_away_from_zero(expr, f, cuts):
-    """K12^2 = sigma_w^2 E[phi(u) phi(v)] from the compiled nested engine (split at the kinks in u
-    and in v) against nested scipy quad; the old fixed rule was off by 2.6e-4 for Max(x - 1, 0)."""
-    for K, K12 in ((1.0, 0.5), (2.0, -0.7), (0.3, 0.29)):
-        prof = mf.kernel_profile(activation=expr, sigma_w=1.0, sigma_b=0.0, depth=2, K0=K, K12_0=K12, pair=True)
-        assert prof.K12[1] == pytest.approx(_scipy_pair(f, K, K, K12, cuts), rel=1e-10, abs=1e-14)
