@@ -393,7 +393,9 @@ def _mc_agrees(model_fn, c, width, n_init=8, tol_abs=0.02, seed=0):
 
 @pytest.mark.torch
 @needs_torch
-@pytest.mark.parametrize("kind", ["trelu", "eoc", "tat_softplus", "trelu_resnet", "dks_tanh"])
+@pytest.mark.parametrize("kind", ["trelu", "eoc", "tat_softplus", "trelu_resnet", pytest.param(
+    "dks_tanh", marks=pytest.mark.xfail(run=False, reason="DKS for tanh hangs since the quadrature engine "
+                                                          "merge; issue 10"))])
 def test_global_c_map_matches_monte_carlo(kind):
     from meanfield.verification import shaping as V
 
