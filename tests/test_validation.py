@@ -49,7 +49,7 @@ def test_unknown_block():
 def test_unknown_architecture_keyword():
     with pytest.raises(ValueError, match=r"unknown architecture option\(s\) \['sigma'\]; allowed: activation, norm"):
         as_architecture(activation="relu", sigma=1.0)
-    with pytest.raises(ValueError, match="arch must be an Architecture, an activation name or None"):
+    with pytest.raises(ValueError, match="arch must be an Architecture, a Network, a primitive tree, an activation name or None, got 3.0"):
         as_architecture(3.0)
 
 
