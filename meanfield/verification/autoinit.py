@@ -40,17 +40,18 @@ Blocks and the index range of the losses
     ``nn.ModuleList`` inside the model, by the same rule.
 
 Estimator
-    One forward pass per probe gives every ``J^{l,l+1}`` at once: a forward
-    hook on block ``l`` attaches a Gaussian tangent ``u_l`` (forward-mode AD,
-    ``torch.autograd.forward_ad``) to ``h^l`` and the hook on block ``l+1``
-    reads ``J u_l``; ``||J u||^2 / numel(h^{l+1})`` is the Hutchinson estimate
-    (batch-aware, eq. 3; the probe on the input side, where eq. 7 puts it on
-    the output side: both are unbiased). The loss is differentiated through
-    the tangents by reverse mode. Without BatchNorm the ``n_probes`` probes
-    run as one batch (the input repeated); with BatchNorm, which couples the
-    samples of a batch, one pass per probe. During the run (and every
-    measurement) BatchNorm layers normalise with batch statistics and leave
-    their running statistics alone, and dropout is off.
+    One forward pass gives every ``J^{l,l+1}`` at once for all probes: a
+    forward hook on block ``l`` replaces the forward-mode tangent of ``h^l``
+    by a Gaussian probe ``u_l`` and the hook on block ``l+1`` reads ``J u_l``;
+    ``||J u||^2 / numel(h^{l+1})`` is the Hutchinson estimate (batch-aware,
+    eq. 3; the probe on the input side, where eq. 7 puts it on the output
+    side: both are unbiased). The ``n_probes`` probes are a batch of tangents
+    (``torch.func.vmap`` over ``torch.func.jvp``), so the primal forward pass
+    is computed once per step whatever the number of probes, with BatchNorm
+    too (the probes share the batch, whose statistics they do not change).
+    The loss is differentiated through the tangents by reverse mode. During
+    the run (and every measurement) BatchNorm layers normalise with batch
+    statistics and leave their running statistics alone, and dropout is off.
 
 Modes
     ``mode="rescale"`` (Algorithm 2): the returned model has parameters
@@ -92,7 +93,6 @@ from typing import Iterable, Mapping
 
 import numpy as np
 import torch
-import torch.autograd.forward_ad as fwAD
 from torch import nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -216,6 +216,7 @@ class _Twin:
         self.modules = [model.get_submodule(b) for b in blocks]
         self.base = {n: p.detach() for n, p in model.named_parameters()}
         self.coupled = _batch_coupled(model)
+        self._shapes: dict = {}
 
     def params(self, scales):
         out = dict(self.base)
@@ -239,48 +240,137 @@ class _Twin:
                 h.remove()
         return seen
 
-    def jvp_pass(self, x, scales, n_probes, generator):
-        """J^{l,l+1} (n-1 tensors, differentiable w.r.t. scales) with per-sample values, and K^l."""
-        n = len(self.blocks)
+    def output_shapes(self, x):
+        """Shapes of the block outputs h^0..h^n for this input shape (one no-grad pass, cached)."""
+        key = tuple(x.shape)
+        if key not in self._shapes:
+            shapes = {}
+
+            def keep(b):
+                def f(mod, inp, out):
+                    if not isinstance(out, torch.Tensor):
+                        raise ValueError(f"block {b!r} returns {type(out).__name__}; a block output must be a tensor")
+                    shapes[b] = tuple(out.shape)
+                return f
+
+            hooks = [m.register_forward_hook(keep(b)) for b, m in zip(self.blocks, self.modules)]
+            try:
+                with torch.no_grad():
+                    self.call(x, None)
+            finally:
+                for h in hooks:
+                    h.remove()
+            self._shapes[key] = [shapes[b] for b in self.blocks]
+        return self._shapes[key]
+
+    def probes(self, x, n_probes, generator):
+        """Gaussian probes u_l, l = 0..n-2, each of shape (n_probes, *h^l.shape).
+
+        Drawn in the order of the earlier one-pass-per-probe estimator (probe
+        by probe, block by block, for models with BatchNorm; block by block,
+        all probes at once, for the others), so the numbers are the same.
+        """
+        shapes = self.output_shapes(x)[:-1]
+        kw = dict(generator=generator, device=x.device, dtype=x.dtype)
         if self.coupled:
-            runs = [self._one_pass(x, scales, generator) for _ in range(n_probes)]
-            Ks = runs[0][1]
-            J = [torch.stack([r[0][i] for r in runs]) for i in range(n - 1)]  # per-probe values
-            return J, Ks
-        xr = x.repeat(n_probes, *([1] * (x.dim() - 1)))
-        return self._one_pass(xr, scales, generator, per_sample=True)
+            per = [[torch.randn(s, **kw) for s in shapes] for _ in range(n_probes)]
+            return [torch.stack([p[i] for p in per]) for i in range(len(shapes))]
+        return [torch.randn((n_probes * s[0],) + s[1:], **kw).view((n_probes,) + s) for s in shapes]
 
-    def _one_pass(self, x, scales, generator, per_sample=False):
+    def jvp_pass(self, x, scales, n_probes, generator):
+        """J^{l,l+1} samples (differentiable w.r.t. the scales) and K^l, the primal computed once.
+
+        The probes are a batch of tangents: ``torch.func.vmap`` over the
+        probe index of ``torch.func.jvp`` of the model, where the hook on
+        block l replaces the tangent of h^l by the probe u_l (:class:`_Reprobe`)
+        and the hook on block l+1 reads J u_l. Unbatched primal operations
+        run once whatever the number of probes; only the tangents are
+        batched. Returns per-sample values (n_probes * batch,) for models
+        without BatchNorm and per-probe batch means (n_probes,) with it.
+        """
         n = len(self.blocks)
-        J, K = [None] * (n - 1), [None] * n
+        us = self.probes(x, n_probes, generator)
+        params = self.params(scales)
 
-        def hook(i):
-            def f(mod, inp, out):
-                if not isinstance(out, torch.Tensor):
-                    raise ValueError(f"block {self.blocks[i]!r} returns {type(out).__name__}; "
-                                     "a block output must be a tensor")
-                primal, tangent = fwAD.unpack_dual(out)
-                flat = primal.reshape(primal.shape[0], -1)
-                K[i] = flat.pow(2).mean()
-                if i > 0:
-                    if tangent is None:
-                        tangent = torch.zeros_like(primal)
-                    t2 = tangent.reshape(tangent.shape[0], -1).pow(2).mean(1)  # ||J u||^2 / N per sample
-                    J[i - 1] = t2 if per_sample else t2.mean()
-                if i < n - 1:
-                    u = torch.randn(primal.shape, generator=generator, device=primal.device, dtype=primal.dtype)
-                    return fwAD.make_dual(primal, u)
-                return primal
-            return f
+        def one(u):
+            def run(x0):
+                outs = [None] * n
 
-        hooks = [m.register_forward_hook(hook(i)) for i, m in enumerate(self.modules)]
-        try:
-            with fwAD.dual_level():
-                self.call(x, scales)
-        finally:
-            for h in hooks:
-                h.remove()
-        return J, K
+                def keep(i):
+                    def f(mod, inp, out):
+                        if not isinstance(out, torch.Tensor):
+                            raise ValueError(f"block {self.blocks[i]!r} returns {type(out).__name__}; "
+                                             "a block output must be a tensor")
+                        outs[i] = out
+                    return f
+
+                def reprobe(i):
+                    def f(mod, inp, out):  # primal unchanged, tangent replaced by the probe u_i
+                        return _NoTangent.apply(out) + _Tangent.apply(x0, u[i], tuple(out.shape))
+                    return f
+
+                hooks = [m.register_forward_hook(keep(i)) for i, m in enumerate(self.modules)]
+                hooks += [m.register_forward_hook(reprobe(i)) for i, m in enumerate(self.modules[:-1])]
+                try:
+                    functional_call(self.model, params, (x0,))
+                finally:
+                    for h in hooks:
+                        h.remove()
+                return tuple(outs)
+
+            prim, tang = torch.func.jvp(run, (x,), (torch.zeros_like(x),))
+            J = tuple(t.reshape(t.shape[0], -1).pow(2).mean(1) for t in tang[1:])  # ||J u||^2 / N per sample
+            K = tuple(p.reshape(p.shape[0], -1).pow(2).mean() for p in prim)
+            return J, K
+
+        J, K = torch.func.vmap(one, in_dims=(0,), out_dims=(0, None))(us)
+        J = [j.mean(1) if self.coupled else j.reshape(-1) for j in J]  # (probes, batch) -> samples
+        return J, list(K)
+
+
+class _NoTangent(torch.autograd.Function):
+    """Identity for the value and for reverse mode; the forward-mode tangent is dropped (set to zero)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(p):
+        return p.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def jvp(ctx, dp):
+        return torch.zeros_like(dp)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _Tangent(torch.autograd.Function):
+    """Zeros of ``shape`` whose forward-mode tangent is ``u`` (a probe; ``src`` only carries the jvp level)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(src, u, shape):
+        return src.new_zeros(shape)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_forward(inputs[1])
+
+    @staticmethod
+    def jvp(ctx, dsrc, du, dshape):
+        (u,) = ctx.saved_tensors
+        return u
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, None, None
 
 
 def _reduce(J_samples):
