@@ -969,6 +969,50 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
     """
     _check_model(model)
     x_all = _check_inputs(model, inputs)
+    loss, lam, mode, steps, tol, n_probes, report_probes, average, batch_size = _check_autoinit_args(
+        x_all, loss, lam, mode, steps, tol, n_probes, report_probes, average, batch_size)
+    blocks = _validate_blocks(model, blocks)
+    tuned = _select_params(model, params)
+    if _batch_coupled(model) and batch_size < 2:
+        raise ValueError("the model has BatchNorm, which needs batch_size >= 2 (batch statistics)")
+    relu, lr_map, lr_desc = _learning_rates(model, blocks, tuned, lr)
+
+    device, dtype = x_all.device, x_all.dtype
+    batch = _batches(x_all, batch_size, _generator(seed, 0))
+    scales = {n: torch.ones((), device=device, dtype=dtype, requires_grad=True) for n in tuned}
+    first = x_all[:batch_size]
+    t0 = time.perf_counter()
+    with _measuring(model):
+        twin = _Twin(model, blocks)
+        _check_order(twin, first)
+        before = _estimate(twin, first, None, report_probes, _generator(seed, 2, device))
+        run = _tune(twin, batch, scales, tuned, blocks, loss, lam, steps, tol, n_probes, relu, lr_map, average,
+                    _generator(seed, 1, device), progress)
+        after = _estimate(twin, first, run.final, report_probes, _generator(seed, 2, device))
+    notes = []
+    if not run.converged:
+        notes.append(f"loss {run.loss_hist[-1]:.3g} > tol {tol:g} after {run.steps} steps: see loss_history; the "
+                     f"noise of the estimate ({n_probes} probes x batch {batch_size}) may keep the loss above tol")
+    scales_f = {n: float(a) for n, a in run.final.items()}
+    shapes = {n: list(p.shape) for n, p in model.named_parameters() if n in scales_f}
+    target = model if inplace else copy.deepcopy(model)
+    apply_scales(target, scales_f, mode=mode)
+    wall = time.perf_counter() - t0
+    t = run.steps
+    report = AutoInitReport(
+        blocks=blocks, loss=loss, lam=lam, mode=mode, lr=lr_desc, steps=t, converged=run.converged, tol=tol,
+        batch_size=batch_size, n_probes=n_probes,
+        before=Measurement(blocks, *before, "fused", report_probes, first.shape[0]),
+        after=Measurement(blocks, *after, "fused", report_probes, first.shape[0]),
+        loss_history=np.array(run.loss_hist), J_history=np.array(run.J_hist), scales=scales_f, shapes=shapes,
+        average=average,
+        model_class=type(model).__name__, wall_time=wall,
+        steps_per_second=(t / run.loop_time if run.loop_time > 0 and t else float("nan")), notes=notes)
+    return target, report
+
+
+def _check_autoinit_args(x_all, loss, lam, mode, steps, tol, n_probes, report_probes, average, batch_size):
+    """The scalar arguments of :func:`autoinit`, checked (ValueError naming the argument)."""
     loss = _check_choice("loss", loss, LOSSES)
     lam = _check_number("lam", lam)
     if loss != "jkl" and lam != 0.0:
@@ -985,116 +1029,119 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
     batch_size = _check_int("batch_size", batch_size, 1)
     if batch_size > n_data:
         raise ValueError(f"batch_size={batch_size} exceeds the {n_data} inputs given")
-    blocks = _validate_blocks(model, blocks)
-    tuned = _select_params(model, params)
-    coupled = _batch_coupled(model)
-    if coupled and batch_size < 2:
-        raise ValueError("the model has BatchNorm, which needs batch_size >= 2 (batch statistics)")
+    return loss, lam, mode, steps, tol, n_probes, report_probes, average, batch_size
 
+
+def _learning_rates(model, blocks, tuned, lr):
+    """(relu weights or None, {name: rate} or None, description) from the ``lr`` argument.
+
+    None: the ReLU one-step rate (recomputed every step) for a ReLU MLP, else
+    ``DEFAULT_LR``; a number: that rate for every tuned tensor; a dict: its rates.
+    """
     relu = _relu_mlp_weights(model, blocks) if lr is None else None
     if isinstance(lr, Mapping):
         unknown = [n for n in lr if n not in tuned]
         if unknown:
             raise ValueError(f"lr names parameters that are not tuned: {unknown[:6]}")
-        lr_map = {n: _check_number(f"lr[{n!r}]", v) for n, v in lr.items()}
-        lr_desc = "per-parameter"
-    elif lr is None:
-        lr_map = None if relu else {n: DEFAULT_LR for n in tuned}
-        lr_desc = "relu-one-step (eq. 19/43)" if relu else DEFAULT_LR
-    else:
-        lr_f = _check_number("lr", lr, strict=True)
-        lr_map, lr_desc = {n: lr_f for n in tuned}, lr_f
+        return relu, {n: _check_number(f"lr[{n!r}]", v) for n, v in lr.items()}, "per-parameter"
+    if lr is None:
+        return relu, (None if relu else {n: DEFAULT_LR for n in tuned}), \
+            ("relu-one-step (eq. 19/43)" if relu else DEFAULT_LR)
+    lr_f = _check_number("lr", lr, strict=True)
+    return relu, {n: lr_f for n in tuned}, lr_f
 
-    device = x_all.device
-    dtype = x_all.dtype
-    data_gen = _generator(seed, 0)
-    probe_gen = _generator(seed, 1, device)
-    first = x_all[:batch_size]
+
+def _batches(x_all, batch_size, data_gen):
+    """A function returning the next batch: all inputs, or ``batch_size`` of them drawn at random."""
+    n_data = x_all.shape[0]
 
     def batch():
         if batch_size == n_data:
             return x_all
-        idx = torch.randperm(n_data, generator=data_gen)[:batch_size].to(device)
+        idx = torch.randperm(n_data, generator=data_gen)[:batch_size].to(x_all.device)
         return x_all[idx]
+    return batch
 
-    scales = {n: torch.ones((), device=device, dtype=dtype, requires_grad=True) for n in tuned}
-    loss_hist, J_hist = [], []
-    recent = []  # the last `average` iterates of the scales
-    notes = []
+
+@dataclass
+class _Run:
+    """What the tuning loop leaves: histories, the final scales, the number of updates, time."""
+
+    loss_hist: list
+    J_hist: list
+    final: dict
+    steps: int
+    converged: bool
+    loop_time: float
+
+
+def _step_loss(twin, x, scales, n_probes, probe_gen, blocks, loss, lam, t):
+    """(J, loss) of one step, differentiable w.r.t. the scales; AutoInitError on a NaN/inf/zero J, K or loss."""
+    Js, Ks = twin.jvp_pass(x, scales, n_probes, probe_gen)
+    J = torch.stack([s.mean() for s in Js])
+    K = torch.stack(Ks)
+    L = _loss(J, K, loss, lam)
+    L_val = L.item()
+    bad = _first_bad(J.detach(), K.detach(), blocks, kernel_in_loss=(loss == "jkl" and lam > 0))
+    if bad is None and not math.isfinite(L_val):
+        bad = (blocks[-1], f"the loss is {L_val}")
+    if bad is not None:
+        raise AutoInitError(f"AutoInit stopped at step {t}: {bad[1]}. Lower lr, or check the "
+                            "model's initial scale.", step=t, block=bad[0])
+    return J, L
+
+
+def _sgd_update(L, J, scales, tuned, relu, lr_map, loss, lam, t):
+    """a <- a - lr dL/da for every tuned scale (ReLU MLP: the one-step rates of this step's J)."""
+    grads = torch.autograd.grad(L, [scales[n] for n in tuned], allow_unused=True)
+    if relu is not None:
+        lr_map = _relu_one_step_rates(J.detach(), scales, relu, tuned, loss, lam)
+    with torch.no_grad():
+        for n, g in zip(tuned, grads):
+            if g is None or n not in lr_map:
+                continue
+            if not torch.isfinite(g):
+                raise AutoInitError(f"AutoInit stopped at step {t}: the gradient for {n!r} is "
+                                    f"{float(g)}", step=t, block=None)
+            scales[n] -= lr_map[n] * g
+
+
+def _tune(twin, batch, scales, tuned, blocks, loss, lam, steps, tol, n_probes, relu, lr_map, average, probe_gen,
+          progress) -> _Run:
+    """Algorithm 1/2: SGD on the scales until the loss is <= tol or ``steps`` updates are done."""
+    loss_hist, J_hist, recent = [], [], []  # recent: the last `average` iterates of the scales
     converged = False
-    t0 = time.perf_counter()
     bar = _progress(steps, progress)
-    with _measuring(model):
-        twin = _Twin(model, blocks)
-        _check_order(twin, first)
-        before = _estimate(twin, first, None, report_probes, _generator(seed, 2, device))
-        t_loop = time.perf_counter()
-        t = 0
-        try:
-            while True:
-                Js, Ks = twin.jvp_pass(batch(), scales, n_probes, probe_gen)
-                J = torch.stack([s.mean() for s in Js])
-                K = torch.stack(Ks)
-                L = _loss(J, K, loss, lam)
-                L_val = L.item()
-                bad = _first_bad(J.detach(), K.detach(), blocks, kernel_in_loss=(loss == "jkl" and lam > 0))
-                if bad is None and not math.isfinite(L_val):
-                    bad = (blocks[-1], f"the loss is {L_val}")
-                if bad is not None:
-                    raise AutoInitError(f"AutoInit stopped at step {t}: {bad[1]}. Lower lr, or check the "
-                                        "model's initial scale.", step=t, block=bad[0])
-                loss_hist.append(L_val)
-                J_hist.append(J.detach().cpu().numpy())
-                if average:
-                    recent = (recent + [{n: a.detach().clone() for n, a in scales.items()}])[-average:]
-                if bar is not None:
-                    bar.set_postfix(loss=f"{L_val:.3g}")
-                if L_val <= tol:
-                    converged = True
-                    break
-                if t >= steps:
-                    break
-                grads = torch.autograd.grad(L, [scales[n] for n in tuned], allow_unused=True)
-                if relu is not None:
-                    lr_map = _relu_one_step_rates(J.detach(), scales, relu, tuned, loss, lam)
-                with torch.no_grad():
-                    for n, g in zip(tuned, grads):
-                        if g is None or n not in lr_map:
-                            continue
-                        if not torch.isfinite(g):
-                            raise AutoInitError(f"AutoInit stopped at step {t}: the gradient for {n!r} is "
-                                                f"{float(g)}", step=t, block=None)
-                        scales[n] -= lr_map[n] * g
-                t += 1
-                if bar is not None:
-                    bar.update(1)
-        finally:
+    t_loop = time.perf_counter()
+    t = 0
+    try:
+        while True:
+            J, L = _step_loss(twin, batch(), scales, n_probes, probe_gen, blocks, loss, lam, t)
+            L_val = L.item()
+            loss_hist.append(L_val)
+            J_hist.append(J.detach().cpu().numpy())
+            if average:
+                recent = (recent + [{n: a.detach().clone() for n, a in scales.items()}])[-average:]
             if bar is not None:
-                bar.close()
-        loop_time = time.perf_counter() - t_loop
-        if average:
-            final = {n: torch.stack([r[n] for r in recent]).mean() for n in tuned}
-        else:
-            final = {n: a.detach() for n, a in scales.items()}
-        after = _estimate(twin, first, final, report_probes, _generator(seed, 2, device))
-    if not converged:
-        notes.append(f"loss {loss_hist[-1]:.3g} > tol {tol:g} after {t} steps: see loss_history; the noise of the "
-                     f"estimate ({n_probes} probes x batch {batch_size}) may keep the loss above tol")
-    scales_f = {n: float(a) for n, a in final.items()}
-    shapes = {n: list(p.shape) for n, p in model.named_parameters() if n in scales_f}
-    target = model if inplace else copy.deepcopy(model)
-    apply_scales(target, scales_f, mode=mode)
-    wall = time.perf_counter() - t0
-    report = AutoInitReport(
-        blocks=blocks, loss=loss, lam=lam, mode=mode, lr=lr_desc, steps=t, converged=converged, tol=tol,
-        batch_size=batch_size, n_probes=n_probes,
-        before=Measurement(blocks, *before, "fused", report_probes, first.shape[0]),
-        after=Measurement(blocks, *after, "fused", report_probes, first.shape[0]),
-        loss_history=np.array(loss_hist), J_history=np.array(J_hist), scales=scales_f, shapes=shapes,
-        average=average,
-        model_class=type(model).__name__, wall_time=wall,
-        steps_per_second=(t / loop_time if loop_time > 0 and t else float("nan")), notes=notes)
-    return target, report
+                bar.set_postfix(loss=f"{L_val:.3g}")
+            if L_val <= tol:
+                converged = True
+                break
+            if t >= steps:
+                break
+            _sgd_update(L, J, scales, tuned, relu, lr_map, loss, lam, t)
+            t += 1
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    loop_time = time.perf_counter() - t_loop
+    if average:
+        final = {n: torch.stack([r[n] for r in recent]).mean() for n in tuned}
+    else:
+        final = {n: a.detach() for n, a in scales.items()}
+    return _Run(loss_hist, J_hist, final, t, converged, loop_time)
 
 
 def _relu_one_step_rates(J, scales, weights, tuned, loss, lam):
