@@ -292,6 +292,10 @@ class _Twin:
         us = self.probes(x, n_probes, generator)
         params = self.params(scales)
 
+        # the jvp's input is a dummy scalar that only the probes depend on: no tangent flows from the data,
+        # so the layers before h^0 (the input layer) run on the primal alone
+        seed_t = torch.zeros((), device=x.device, dtype=x.dtype)
+
         def one(u):
             def run(x0):
                 outs = [None] * n
@@ -312,13 +316,13 @@ class _Twin:
                 hooks = [m.register_forward_hook(keep(i)) for i, m in enumerate(self.modules)]
                 hooks += [m.register_forward_hook(reprobe(i)) for i, m in enumerate(self.modules[:-1])]
                 try:
-                    functional_call(self.model, params, (x0,))
+                    functional_call(self.model, params, (x,))
                 finally:
                     for h in hooks:
                         h.remove()
                 return tuple(outs)
 
-            prim, tang = torch.func.jvp(run, (x,), (torch.zeros_like(x),))
+            prim, tang = torch.func.jvp(run, (seed_t,), (torch.ones_like(seed_t),))
             J = tuple(t.reshape(t.shape[0], -1).pow(2).mean(1) for t in tang[1:])  # ||J u||^2 / N per sample
             K = tuple(p.reshape(p.shape[0], -1).pow(2).mean() for p in prim)
             return J, K
