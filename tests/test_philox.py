@@ -155,3 +155,12 @@ def test_bad_arguments():
         ph.standard_normal(0, [-1], 0, 3)
     with pytest.raises(ValueError, match="float32 or float64"):
         ph.fill_normal(np.empty((1, 3), np.int32), 0, [0], 0)
+
+
+def test_threaded_and_serial_kernels_agree():
+    """Small draws use the one-thread kernel, large ones the threaded one: the numbers are the same."""
+    inits = np.arange(3, dtype=np.uint32)
+    a, b = np.empty((3, 3 * ph.BLOCK + 7)), np.empty((3, 3 * ph.BLOCK + 7))
+    ph._fill(a, 1, 2, inits, 5)
+    ph._fill_serial(b, 1, 2, inits, 5)
+    np.testing.assert_array_equal(a, b)

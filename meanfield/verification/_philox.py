@@ -162,8 +162,7 @@ def _rejected(u, s, c1, c2, c3, k0, k1, kn, wn, fn):
             return hz * wn[iz], s
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def _fill(out, k0, k1, inits, stream):
+def _fill_py(out, k0, k1, inits, stream):
     """out[i, :] = stream (inits[i], stream) under key (k0, k1); parallel over (initialisation, block)."""
     n_init, n = out.shape
     nb = (n + BLOCK - 1) // BLOCK
@@ -189,6 +188,14 @@ def _fill(out, k0, k1, inits, stream):
                 o[k] = x
 
 
+# the same kernel twice: threads for large draws; one thread for small ones, where waking numba's
+# threads next to torch's spinning OpenMP threads costs more than the draw (identical numbers either way:
+# every block is computed on its own)
+_fill = njit(parallel=True, cache=True, nogil=True)(_fill_py)
+_fill_serial = njit(cache=True, nogil=True)(_fill_py)
+_PARALLEL_MIN = 1 << 21      # numbers per call from which the threaded kernel is used
+
+
 def key_for(seed: int) -> tuple[int, int]:
     """The Philox key (k0, k1) of a run's seed."""
     k = np.random.SeedSequence(int(seed)).generate_state(2, np.uint32)
@@ -206,7 +213,8 @@ def fill_normal(out: np.ndarray, seed: int, inits, stream: int) -> np.ndarray:
         raise ValueError(f"stream must be in [0, 2^32), got {stream}")
     k0, k1 = key_for(seed)
     if out.size:
-        _fill(out, np.uint32(k0), np.uint32(k1), inits, np.uint32(stream))
+        kernel = _fill if out.size >= _PARALLEL_MIN else _fill_serial
+        kernel(out, np.uint32(k0), np.uint32(k1), inits, np.uint32(stream))
     return out
 
 
