@@ -108,6 +108,16 @@ def main(argv=None):
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     sps = rep.steps_per_second
+    # the unit of cost: one plain forward pass of the batch (no grad), best of 5, timed after the loop
+    xb = x[: args.batch]
+    fwd = float("inf")
+    with torch.no_grad():
+        for _ in range(5):
+            sync()
+            t1 = time.perf_counter()
+            model(xb)
+            sync()
+            fwd = min(fwd, time.perf_counter() - t1)
     hw = (torch.cuda.get_device_name(device) if device.type == "cuda"
           else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                f"{torch.get_num_threads()} torch threads")
@@ -119,6 +129,7 @@ def main(argv=None):
         "process_cpu_seconds": cpu, "steps_per_second": sps,
         "extrapolated_full_steps": defaults["steps"], "extrapolated_full_seconds": defaults["steps"] / sps,
         "images_per_second": sps * args.batch * args.n_probes,
+        "forward_seconds": fwd, "forward_equivalents_per_step": 1.0 / sps / fwd,
         "J_before_range": [float(rep.J_before.min()), float(rep.J_before.max())],
         "J_after_range": [float(rep.J_after.min()), float(rep.J_after.max())],
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
@@ -128,6 +139,8 @@ def main(argv=None):
           f"{args.dtype}, on {hw}")
     print(f"  {rep.steps} steps in {res['loop_seconds']:.1f} s: {sps:.3g} steps/s "
           f"({res['images_per_second']:.3g} probe-images/s); total with before/after measurement {wall:.1f} s")
+    print(f"  one forward pass of the batch {1e3 * fwd:.1f} ms: a step costs "
+          f"{res['forward_equivalents_per_step']:.1f} forward-pass equivalents")
     if rep.steps != defaults["steps"]:
         full = defaults["steps"] / sps
         print(f"  {defaults['steps']} steps (extrapolated): {full:.0f} s ({full / 3600:.2f} h)")

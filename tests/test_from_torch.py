@@ -209,3 +209,43 @@ def test_monte_carlo_on_the_users_own_module():
 def test_monte_carlo_on_the_users_own_module_deep_wide():
     model = PreLNResMLP(d_in=64, d=512, depth=20, mu=0.7).double()
     _mc_vs_theory(model, _unit_rows(4, 64), 1.4, 0.1, n_init=12)
+
+
+# --- the package's own zoo modules (verification/models.py) ------------------------------------
+def _zoo_net(*blocks):
+    return torch.nn.Sequential(torch.nn.Linear(5, 4), *blocks)
+
+
+def test_zoo_resmlp_blocks_read_as_the_resmlp_menu_item():
+    """ResMLP's Affine (alpha = 1, beta = 0 at initialisation) is the identity; LayerScale is scale(eps)."""
+    from meanfield.verification import models as M
+
+    net = mf.from_torch(_zoo_net(*[M.ResMLPBlock(8, 4, 16, 0.25, "relu") for _ in range(3)]), torch.randn(2, 8, 5))
+    assert net.depth == 3
+    menu = mf.recursion(mf.Architecture("relu", block="resmlp")).subs(mu=1, eps=sp.Float(0.25))
+    R = mf.recursion(net)
+    assert sp.simplify(R.kernel - menu.kernel) == 0 and sp.simplify(R.chi_J - menu.chi_J) == 0
+
+
+def test_zoo_mixer_blocks_read_as_the_mixer_menu_item():
+    """The token MLP makes it a Mixer: per-token layers on the channel pair (axis 'channels'), as mixer_block."""
+    from meanfield.verification import models as M
+
+    net = mf.from_torch(_zoo_net(*[M.MixerBlock(8, 4, 6, 10, "relu") for _ in range(2)]), torch.randn(2, 8, 5))
+    assert net.depth == 2 and net.pair_axis == "channels"
+    menu = mf.recursion(mf.Architecture("relu", block="mixer")).subs(mu=1)
+    R = mf.recursion(net)
+    for f in ("kernel", "kernel12", "chi_J"):
+        assert sp.simplify(getattr(R, f) - getattr(menu, f)) == 0, f
+
+
+def test_zoo_refusals_name_the_module():
+    from meanfield.verification import models as M
+
+    m = _zoo_net(M.ChannelMixing(4, 16, 0.1, "relu"))
+    with torch.no_grad():
+        m[1].norm.beta.fill_(0.3)
+    with pytest.raises(ValueError, match="constant 0.3"):
+        mf.from_torch(m, torch.randn(2, 8, 5))
+    with pytest.raises(ValueError, match=r"stem\.proj.*Conv2d"):  # the patch embedding is a convolution
+        mf.from_torch(M.ResMLP(img_size=16, patch_size=8, dim=8, depth=2, num_classes=3), torch.randn(2, 3, 16, 16))

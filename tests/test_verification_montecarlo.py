@@ -37,14 +37,14 @@ def test_exact_estimator_matches_autograd_jacobian():
     """J^{1,2} of one small network from torch.autograd.functional.jacobian of a hand-built copy."""
     arch = mf.Architecture("tanh")
     r = monte_carlo(arch, 1.1, 0.3, depth=2, width=5, n_init=2, batch=1, estimator="exact", seed=7)
-    # rebuild network 0 with the same generator stream: input G, g then block G, g
-    from meanfield.verification.montecarlo import _seed_for, make_inputs
+    # rebuild network 0 from the documented streams (draw n of the pass is stream n of initialisation 0):
+    # input G, g then block G
+    from meanfield.verification._philox import standard_normal
+    from meanfield.verification.montecarlo import make_inputs
 
-    g = torch.Generator().manual_seed(_seed_for(7, 0, 0))
     N0 = r.input_dim
-    G1 = torch.randn((5, N0), generator=g, dtype=torch.float64)
-    b1 = torch.randn((5,), generator=g, dtype=torch.float64)
-    G2 = torch.randn((5, 5), generator=g, dtype=torch.float64)
+    G1, b1, G2 = (torch.from_numpy(standard_normal(7, [0], n, shape)[0]) for n, shape in
+                  enumerate([(5, N0), (5,), (5, 5)]))
     x, _ = make_inputs(1, 1, N0, 0.0, 7)
     h1 = 1.1 * x.view(-1) @ G1.T / np.sqrt(N0) + 0.3 * b1
     jac = torch.autograd.functional.jacobian(lambda h: 1.1 * torch.tanh(h) @ G2.T / np.sqrt(5), h1)

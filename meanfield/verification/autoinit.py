@@ -40,17 +40,18 @@ Blocks and the index range of the losses
     ``nn.ModuleList`` inside the model, by the same rule.
 
 Estimator
-    One forward pass per probe gives every ``J^{l,l+1}`` at once: a forward
-    hook on block ``l`` attaches a Gaussian tangent ``u_l`` (forward-mode AD,
-    ``torch.autograd.forward_ad``) to ``h^l`` and the hook on block ``l+1``
-    reads ``J u_l``; ``||J u||^2 / numel(h^{l+1})`` is the Hutchinson estimate
-    (batch-aware, eq. 3; the probe on the input side, where eq. 7 puts it on
-    the output side: both are unbiased). The loss is differentiated through
-    the tangents by reverse mode. Without BatchNorm the ``n_probes`` probes
-    run as one batch (the input repeated); with BatchNorm, which couples the
-    samples of a batch, one pass per probe. During the run (and every
-    measurement) BatchNorm layers normalise with batch statistics and leave
-    their running statistics alone, and dropout is off.
+    One forward pass gives every ``J^{l,l+1}`` at once for all probes: a
+    forward hook on block ``l`` replaces the forward-mode tangent of ``h^l``
+    by a Gaussian probe ``u_l`` and the hook on block ``l+1`` reads ``J u_l``;
+    ``||J u||^2 / numel(h^{l+1})`` is the Hutchinson estimate (batch-aware,
+    eq. 3; the probe on the input side, where eq. 7 puts it on the output
+    side: both are unbiased). The ``n_probes`` probes are a batch of tangents
+    (``torch.func.vmap`` over ``torch.func.jvp``), so the primal forward pass
+    is computed once per step whatever the number of probes, with BatchNorm
+    too (the probes share the batch, whose statistics they do not change).
+    The loss is differentiated through the tangents by reverse mode. During
+    the run (and every measurement) BatchNorm layers normalise with batch
+    statistics and leave their running statistics alone, and dropout is off.
 
 Modes
     ``mode="rescale"`` (Algorithm 2): the returned model has parameters
@@ -92,7 +93,6 @@ from typing import Iterable, Mapping
 
 import numpy as np
 import torch
-import torch.autograd.forward_ad as fwAD
 from torch import nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -216,6 +216,7 @@ class _Twin:
         self.modules = [model.get_submodule(b) for b in blocks]
         self.base = {n: p.detach() for n, p in model.named_parameters()}
         self.coupled = _batch_coupled(model)
+        self._shapes: dict = {}
 
     def params(self, scales):
         out = dict(self.base)
@@ -239,48 +240,141 @@ class _Twin:
                 h.remove()
         return seen
 
-    def jvp_pass(self, x, scales, n_probes, generator):
-        """J^{l,l+1} (n-1 tensors, differentiable w.r.t. scales) with per-sample values, and K^l."""
-        n = len(self.blocks)
+    def output_shapes(self, x):
+        """Shapes of the block outputs h^0..h^n for this input shape (one no-grad pass, cached)."""
+        key = tuple(x.shape)
+        if key not in self._shapes:
+            shapes = {}
+
+            def keep(b):
+                def f(mod, inp, out):
+                    if not isinstance(out, torch.Tensor):
+                        raise ValueError(f"block {b!r} returns {type(out).__name__}; a block output must be a tensor")
+                    shapes[b] = tuple(out.shape)
+                return f
+
+            hooks = [m.register_forward_hook(keep(b)) for b, m in zip(self.blocks, self.modules)]
+            try:
+                with torch.no_grad():
+                    self.call(x, None)
+            finally:
+                for h in hooks:
+                    h.remove()
+            self._shapes[key] = [shapes[b] for b in self.blocks]
+        return self._shapes[key]
+
+    def probes(self, x, n_probes, generator):
+        """Gaussian probes u_l, l = 0..n-2, each of shape (n_probes, *h^l.shape).
+
+        Drawn in the order of the earlier one-pass-per-probe estimator (probe
+        by probe, block by block, for models with BatchNorm; block by block,
+        all probes at once, for the others), so the numbers are the same.
+        """
+        shapes = self.output_shapes(x)[:-1]
+        kw = dict(generator=generator, device=x.device, dtype=x.dtype)
         if self.coupled:
-            runs = [self._one_pass(x, scales, generator) for _ in range(n_probes)]
-            Ks = runs[0][1]
-            J = [torch.stack([r[0][i] for r in runs]) for i in range(n - 1)]  # per-probe values
-            return J, Ks
-        xr = x.repeat(n_probes, *([1] * (x.dim() - 1)))
-        return self._one_pass(xr, scales, generator, per_sample=True)
+            per = [[torch.randn(s, **kw) for s in shapes] for _ in range(n_probes)]
+            return [torch.stack([p[i] for p in per]) for i in range(len(shapes))]
+        return [torch.randn((n_probes * s[0],) + s[1:], **kw).view((n_probes,) + s) for s in shapes]
 
-    def _one_pass(self, x, scales, generator, per_sample=False):
+    def jvp_pass(self, x, scales, n_probes, generator):
+        """J^{l,l+1} samples (differentiable w.r.t. the scales) and K^l, the primal computed once.
+
+        The probes are a batch of tangents: ``torch.func.vmap`` over the
+        probe index of ``torch.func.jvp`` of the model, where the hook on
+        block l replaces the tangent of h^l by the probe u_l (:class:`_Reprobe`)
+        and the hook on block l+1 reads J u_l. Unbatched primal operations
+        run once whatever the number of probes; only the tangents are
+        batched. Returns per-sample values (n_probes * batch,) for models
+        without BatchNorm and per-probe batch means (n_probes,) with it.
+        """
         n = len(self.blocks)
-        J, K = [None] * (n - 1), [None] * n
+        us = self.probes(x, n_probes, generator)
+        params = self.params(scales)
 
-        def hook(i):
-            def f(mod, inp, out):
-                if not isinstance(out, torch.Tensor):
-                    raise ValueError(f"block {self.blocks[i]!r} returns {type(out).__name__}; "
-                                     "a block output must be a tensor")
-                primal, tangent = fwAD.unpack_dual(out)
-                flat = primal.reshape(primal.shape[0], -1)
-                K[i] = flat.pow(2).mean()
-                if i > 0:
-                    if tangent is None:
-                        tangent = torch.zeros_like(primal)
-                    t2 = tangent.reshape(tangent.shape[0], -1).pow(2).mean(1)  # ||J u||^2 / N per sample
-                    J[i - 1] = t2 if per_sample else t2.mean()
-                if i < n - 1:
-                    u = torch.randn(primal.shape, generator=generator, device=primal.device, dtype=primal.dtype)
-                    return fwAD.make_dual(primal, u)
-                return primal
-            return f
+        # the jvp's input is a dummy scalar that only the probes depend on: no tangent flows from the data,
+        # so the layers before h^0 (the input layer) run on the primal alone
+        seed_t = torch.zeros((), device=x.device, dtype=x.dtype)
 
-        hooks = [m.register_forward_hook(hook(i)) for i, m in enumerate(self.modules)]
-        try:
-            with fwAD.dual_level():
-                self.call(x, scales)
-        finally:
-            for h in hooks:
-                h.remove()
-        return J, K
+        def one(u):
+            def run(x0):
+                outs = [None] * n
+
+                def keep(i):
+                    def f(mod, inp, out):
+                        if not isinstance(out, torch.Tensor):
+                            raise ValueError(f"block {self.blocks[i]!r} returns {type(out).__name__}; "
+                                             "a block output must be a tensor")
+                        outs[i] = out
+                    return f
+
+                def reprobe(i):
+                    def f(mod, inp, out):  # primal unchanged, tangent replaced by the probe u_i
+                        return _NoTangent.apply(out) + _Tangent.apply(x0, u[i], tuple(out.shape))
+                    return f
+
+                hooks = [m.register_forward_hook(keep(i)) for i, m in enumerate(self.modules)]
+                hooks += [m.register_forward_hook(reprobe(i)) for i, m in enumerate(self.modules[:-1])]
+                try:
+                    functional_call(self.model, params, (x,))
+                finally:
+                    for h in hooks:
+                        h.remove()
+                return tuple(outs)
+
+            prim, tang = torch.func.jvp(run, (seed_t,), (torch.ones_like(seed_t),))
+            J = tuple(t.reshape(t.shape[0], -1).pow(2).mean(1) for t in tang[1:])  # ||J u||^2 / N per sample
+            K = tuple(p.reshape(p.shape[0], -1).pow(2).mean() for p in prim)
+            return J, K
+
+        J, K = torch.func.vmap(one, in_dims=(0,), out_dims=(0, None))(us)
+        J = [j.mean(1) if self.coupled else j.reshape(-1) for j in J]  # (probes, batch) -> samples
+        return J, list(K)
+
+
+class _NoTangent(torch.autograd.Function):
+    """Identity for the value and for reverse mode; the forward-mode tangent is dropped (set to zero)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(p):
+        return p.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def jvp(ctx, dp):
+        return torch.zeros_like(dp)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _Tangent(torch.autograd.Function):
+    """Zeros of ``shape`` whose forward-mode tangent is ``u`` (a probe; ``src`` only carries the jvp level)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(src, u, shape):
+        return src.new_zeros(shape)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_forward(inputs[1])
+
+    @staticmethod
+    def jvp(ctx, dsrc, du, dshape):
+        (u,) = ctx.saved_tensors
+        return u
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, None, None
 
 
 def _reduce(J_samples):
@@ -879,6 +973,50 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
     """
     _check_model(model)
     x_all = _check_inputs(model, inputs)
+    loss, lam, mode, steps, tol, n_probes, report_probes, average, batch_size = _check_autoinit_args(
+        x_all, loss, lam, mode, steps, tol, n_probes, report_probes, average, batch_size)
+    blocks = _validate_blocks(model, blocks)
+    tuned = _select_params(model, params)
+    if _batch_coupled(model) and batch_size < 2:
+        raise ValueError("the model has BatchNorm, which needs batch_size >= 2 (batch statistics)")
+    relu, lr_map, lr_desc = _learning_rates(model, blocks, tuned, lr)
+
+    device, dtype = x_all.device, x_all.dtype
+    batch = _batches(x_all, batch_size, _generator(seed, 0))
+    scales = {n: torch.ones((), device=device, dtype=dtype, requires_grad=True) for n in tuned}
+    first = x_all[:batch_size]
+    t0 = time.perf_counter()
+    with _measuring(model):
+        twin = _Twin(model, blocks)
+        _check_order(twin, first)
+        before = _estimate(twin, first, None, report_probes, _generator(seed, 2, device))
+        run = _tune(twin, batch, scales, tuned, blocks, loss, lam, steps, tol, n_probes, relu, lr_map, average,
+                    _generator(seed, 1, device), progress)
+        after = _estimate(twin, first, run.final, report_probes, _generator(seed, 2, device))
+    notes = []
+    if not run.converged:
+        notes.append(f"loss {run.loss_hist[-1]:.3g} > tol {tol:g} after {run.steps} steps: see loss_history; the "
+                     f"noise of the estimate ({n_probes} probes x batch {batch_size}) may keep the loss above tol")
+    scales_f = {n: float(a) for n, a in run.final.items()}
+    shapes = {n: list(p.shape) for n, p in model.named_parameters() if n in scales_f}
+    target = model if inplace else copy.deepcopy(model)
+    apply_scales(target, scales_f, mode=mode)
+    wall = time.perf_counter() - t0
+    t = run.steps
+    report = AutoInitReport(
+        blocks=blocks, loss=loss, lam=lam, mode=mode, lr=lr_desc, steps=t, converged=run.converged, tol=tol,
+        batch_size=batch_size, n_probes=n_probes,
+        before=Measurement(blocks, *before, "fused", report_probes, first.shape[0]),
+        after=Measurement(blocks, *after, "fused", report_probes, first.shape[0]),
+        loss_history=np.array(run.loss_hist), J_history=np.array(run.J_hist), scales=scales_f, shapes=shapes,
+        average=average,
+        model_class=type(model).__name__, wall_time=wall,
+        steps_per_second=(t / run.loop_time if run.loop_time > 0 and t else float("nan")), notes=notes)
+    return target, report
+
+
+def _check_autoinit_args(x_all, loss, lam, mode, steps, tol, n_probes, report_probes, average, batch_size):
+    """The scalar arguments of :func:`autoinit`, checked (ValueError naming the argument)."""
     loss = _check_choice("loss", loss, LOSSES)
     lam = _check_number("lam", lam)
     if loss != "jkl" and lam != 0.0:
@@ -895,116 +1033,119 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
     batch_size = _check_int("batch_size", batch_size, 1)
     if batch_size > n_data:
         raise ValueError(f"batch_size={batch_size} exceeds the {n_data} inputs given")
-    blocks = _validate_blocks(model, blocks)
-    tuned = _select_params(model, params)
-    coupled = _batch_coupled(model)
-    if coupled and batch_size < 2:
-        raise ValueError("the model has BatchNorm, which needs batch_size >= 2 (batch statistics)")
+    return loss, lam, mode, steps, tol, n_probes, report_probes, average, batch_size
 
+
+def _learning_rates(model, blocks, tuned, lr):
+    """(relu weights or None, {name: rate} or None, description) from the ``lr`` argument.
+
+    None: the ReLU one-step rate (recomputed every step) for a ReLU MLP, else
+    ``DEFAULT_LR``; a number: that rate for every tuned tensor; a dict: its rates.
+    """
     relu = _relu_mlp_weights(model, blocks) if lr is None else None
     if isinstance(lr, Mapping):
         unknown = [n for n in lr if n not in tuned]
         if unknown:
             raise ValueError(f"lr names parameters that are not tuned: {unknown[:6]}")
-        lr_map = {n: _check_number(f"lr[{n!r}]", v) for n, v in lr.items()}
-        lr_desc = "per-parameter"
-    elif lr is None:
-        lr_map = None if relu else {n: DEFAULT_LR for n in tuned}
-        lr_desc = "relu-one-step (eq. 19/43)" if relu else DEFAULT_LR
-    else:
-        lr_f = _check_number("lr", lr, strict=True)
-        lr_map, lr_desc = {n: lr_f for n in tuned}, lr_f
+        return relu, {n: _check_number(f"lr[{n!r}]", v) for n, v in lr.items()}, "per-parameter"
+    if lr is None:
+        return relu, (None if relu else {n: DEFAULT_LR for n in tuned}), \
+            ("relu-one-step (eq. 19/43)" if relu else DEFAULT_LR)
+    lr_f = _check_number("lr", lr, strict=True)
+    return relu, {n: lr_f for n in tuned}, lr_f
 
-    device = x_all.device
-    dtype = x_all.dtype
-    data_gen = _generator(seed, 0)
-    probe_gen = _generator(seed, 1, device)
-    first = x_all[:batch_size]
+
+def _batches(x_all, batch_size, data_gen):
+    """A function returning the next batch: all inputs, or ``batch_size`` of them drawn at random."""
+    n_data = x_all.shape[0]
 
     def batch():
         if batch_size == n_data:
             return x_all
-        idx = torch.randperm(n_data, generator=data_gen)[:batch_size].to(device)
+        idx = torch.randperm(n_data, generator=data_gen)[:batch_size].to(x_all.device)
         return x_all[idx]
+    return batch
 
-    scales = {n: torch.ones((), device=device, dtype=dtype, requires_grad=True) for n in tuned}
-    loss_hist, J_hist = [], []
-    recent = []  # the last `average` iterates of the scales
-    notes = []
+
+@dataclass
+class _Run:
+    """What the tuning loop leaves: histories, the final scales, the number of updates, time."""
+
+    loss_hist: list
+    J_hist: list
+    final: dict
+    steps: int
+    converged: bool
+    loop_time: float
+
+
+def _step_loss(twin, x, scales, n_probes, probe_gen, blocks, loss, lam, t):
+    """(J, loss) of one step, differentiable w.r.t. the scales; AutoInitError on a NaN/inf/zero J, K or loss."""
+    Js, Ks = twin.jvp_pass(x, scales, n_probes, probe_gen)
+    J = torch.stack([s.mean() for s in Js])
+    K = torch.stack(Ks)
+    L = _loss(J, K, loss, lam)
+    L_val = L.item()
+    bad = _first_bad(J.detach(), K.detach(), blocks, kernel_in_loss=(loss == "jkl" and lam > 0))
+    if bad is None and not math.isfinite(L_val):
+        bad = (blocks[-1], f"the loss is {L_val}")
+    if bad is not None:
+        raise AutoInitError(f"AutoInit stopped at step {t}: {bad[1]}. Lower lr, or check the "
+                            "model's initial scale.", step=t, block=bad[0])
+    return J, L
+
+
+def _sgd_update(L, J, scales, tuned, relu, lr_map, loss, lam, t):
+    """a <- a - lr dL/da for every tuned scale (ReLU MLP: the one-step rates of this step's J)."""
+    grads = torch.autograd.grad(L, [scales[n] for n in tuned], allow_unused=True)
+    if relu is not None:
+        lr_map = _relu_one_step_rates(J.detach(), scales, relu, tuned, loss, lam)
+    with torch.no_grad():
+        for n, g in zip(tuned, grads):
+            if g is None or n not in lr_map:
+                continue
+            if not torch.isfinite(g):
+                raise AutoInitError(f"AutoInit stopped at step {t}: the gradient for {n!r} is "
+                                    f"{float(g)}", step=t, block=None)
+            scales[n] -= lr_map[n] * g
+
+
+def _tune(twin, batch, scales, tuned, blocks, loss, lam, steps, tol, n_probes, relu, lr_map, average, probe_gen,
+          progress) -> _Run:
+    """Algorithm 1/2: SGD on the scales until the loss is <= tol or ``steps`` updates are done."""
+    loss_hist, J_hist, recent = [], [], []  # recent: the last `average` iterates of the scales
     converged = False
-    t0 = time.perf_counter()
     bar = _progress(steps, progress)
-    with _measuring(model):
-        twin = _Twin(model, blocks)
-        _check_order(twin, first)
-        before = _estimate(twin, first, None, report_probes, _generator(seed, 2, device))
-        t_loop = time.perf_counter()
-        t = 0
-        try:
-            while True:
-                Js, Ks = twin.jvp_pass(batch(), scales, n_probes, probe_gen)
-                J = torch.stack([s.mean() for s in Js])
-                K = torch.stack(Ks)
-                L = _loss(J, K, loss, lam)
-                L_val = L.item()
-                bad = _first_bad(J.detach(), K.detach(), blocks, kernel_in_loss=(loss == "jkl" and lam > 0))
-                if bad is None and not math.isfinite(L_val):
-                    bad = (blocks[-1], f"the loss is {L_val}")
-                if bad is not None:
-                    raise AutoInitError(f"AutoInit stopped at step {t}: {bad[1]}. Lower lr, or check the "
-                                        "model's initial scale.", step=t, block=bad[0])
-                loss_hist.append(L_val)
-                J_hist.append(J.detach().cpu().numpy())
-                if average:
-                    recent = (recent + [{n: a.detach().clone() for n, a in scales.items()}])[-average:]
-                if bar is not None:
-                    bar.set_postfix(loss=f"{L_val:.3g}")
-                if L_val <= tol:
-                    converged = True
-                    break
-                if t >= steps:
-                    break
-                grads = torch.autograd.grad(L, [scales[n] for n in tuned], allow_unused=True)
-                if relu is not None:
-                    lr_map = _relu_one_step_rates(J.detach(), scales, relu, tuned, loss, lam)
-                with torch.no_grad():
-                    for n, g in zip(tuned, grads):
-                        if g is None or n not in lr_map:
-                            continue
-                        if not torch.isfinite(g):
-                            raise AutoInitError(f"AutoInit stopped at step {t}: the gradient for {n!r} is "
-                                                f"{float(g)}", step=t, block=None)
-                        scales[n] -= lr_map[n] * g
-                t += 1
-                if bar is not None:
-                    bar.update(1)
-        finally:
+    t_loop = time.perf_counter()
+    t = 0
+    try:
+        while True:
+            J, L = _step_loss(twin, batch(), scales, n_probes, probe_gen, blocks, loss, lam, t)
+            L_val = L.item()
+            loss_hist.append(L_val)
+            J_hist.append(J.detach().cpu().numpy())
+            if average:
+                recent = (recent + [{n: a.detach().clone() for n, a in scales.items()}])[-average:]
             if bar is not None:
-                bar.close()
-        loop_time = time.perf_counter() - t_loop
-        if average:
-            final = {n: torch.stack([r[n] for r in recent]).mean() for n in tuned}
-        else:
-            final = {n: a.detach() for n, a in scales.items()}
-        after = _estimate(twin, first, final, report_probes, _generator(seed, 2, device))
-    if not converged:
-        notes.append(f"loss {loss_hist[-1]:.3g} > tol {tol:g} after {t} steps: see loss_history; the noise of the "
-                     f"estimate ({n_probes} probes x batch {batch_size}) may keep the loss above tol")
-    scales_f = {n: float(a) for n, a in final.items()}
-    shapes = {n: list(p.shape) for n, p in model.named_parameters() if n in scales_f}
-    target = model if inplace else copy.deepcopy(model)
-    apply_scales(target, scales_f, mode=mode)
-    wall = time.perf_counter() - t0
-    report = AutoInitReport(
-        blocks=blocks, loss=loss, lam=lam, mode=mode, lr=lr_desc, steps=t, converged=converged, tol=tol,
-        batch_size=batch_size, n_probes=n_probes,
-        before=Measurement(blocks, *before, "fused", report_probes, first.shape[0]),
-        after=Measurement(blocks, *after, "fused", report_probes, first.shape[0]),
-        loss_history=np.array(loss_hist), J_history=np.array(J_hist), scales=scales_f, shapes=shapes,
-        average=average,
-        model_class=type(model).__name__, wall_time=wall,
-        steps_per_second=(t / loop_time if loop_time > 0 and t else float("nan")), notes=notes)
-    return target, report
+                bar.set_postfix(loss=f"{L_val:.3g}")
+            if L_val <= tol:
+                converged = True
+                break
+            if t >= steps:
+                break
+            _sgd_update(L, J, scales, tuned, relu, lr_map, loss, lam, t)
+            t += 1
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    loop_time = time.perf_counter() - t_loop
+    if average:
+        final = {n: torch.stack([r[n] for r in recent]).mean() for n in tuned}
+    else:
+        final = {n: a.detach() for n, a in scales.items()}
+    return _Run(loss_hist, J_hist, final, t, converged, loop_time)
 
 
 def _relu_one_step_rates(J, scales, weights, tuned, loss, lam):

@@ -17,6 +17,7 @@ activation modules and functional forms     ``act(...)`` (the table of :mod:`.to
                                             in a branch; ``mu`` on a skip
 ``x + f(x)``, ``mu * x + f(x)``             ``residual(f, mu=...)``
 ``nn.Identity``, ``nn.Dropout(p=0)``        nothing
+``alpha * x + beta`` (ResMLP's Affine)       nothing, with alpha uniformly 1 and beta 0 (at initialisation)
 ==========================================  =======================================
 
 A network repeating one block after an input layer (and before an optional
@@ -254,6 +255,13 @@ class _Reader:
         a, b = node.args[0], node.args[1]
         if node.kwargs.get("alpha", 1) != 1:
             raise ValueError(f"{where}: add with alpha is not read")
+        for x_, c_ in ((a, b), (b, a)):  # x + c with a constant c: a shift, read only when it is 0
+            shift = self.number(c_, node, pos)
+            if shift is not None and x_ in self.vals:
+                if shift != 0.0:
+                    raise ValueError(f"{where}: adding the constant {shift:g} (e.g. a nonzero Affine/norm bias) "
+                                     "is not a primitive of the theory; at initialisation it must be 0")
+                return self.vals[x_]  # ResMLP's Affine beta = 0 at initialisation: the identity
         va, vb = self.val(a, node, pos), self.val(b, node, pos)
         if va.root is not vb.root:
             raise ValueError(f"{where}: the two summands do not come from the same input")
@@ -266,7 +274,7 @@ class _Reader:
                 sl = sl[:-1]
             n = len(sl)
             if br.layers[:n] == sl and len(br.layers) > n and skip.ends[:n] == br.ends[:n]:
-                branch = [_finalise(p) for p in br.layers[n:]]
+                branch = [_finalise(p) for p in br.layers[n:] if not _is_unit(p)]
                 try:
                     res = C.residual(*branch, mu=mu)
                 except ValueError as err:
@@ -281,6 +289,44 @@ class _PendingScale:
     """A multiplication by a number, resolved to Scale (in a branch) or mu (on a skip)."""
 
     value: float
+
+
+def _has_token_mlp(layers) -> bool:
+    """Whether an activation follows a token-mixing Dense layer (the MLP-Mixer's token MLP)."""
+    prev = None
+    for q in C.serial(*layers).primitives():
+        if isinstance(q, C.ActivationLayer) and isinstance(prev, C.Dense) and prev.axis == "tokens":
+            return True
+        if not isinstance(q, (C.Residual, C.Chain)):
+            prev = q
+    return False
+
+
+def _to_channels(p):
+    """The tree with every per-token ('features') Dense and LayerNorm on axis 'channels'.
+
+    In an MLP-Mixer the token MLP's weights are shared by all channels, so
+    the state of the theory is a pair of channels of one token
+    (``Signal.pair_axis='channels'``, :func:`meanfield.calculus.mixer_block`):
+    the channel MLP mixes and the LayerNorm normalises along that pair's own
+    axis, which the tree says with axis='channels'. The torch modules are
+    the same; only the tree's label differs from a ResMLP's.
+    """
+    import dataclasses
+
+    if isinstance(p, C.Chain):
+        return dataclasses.replace(p, layers=tuple(_to_channels(q) for q in p.layers))
+    if isinstance(p, C.Residual):
+        return dataclasses.replace(p, branch=_to_channels(p.branch))
+    if getattr(p, "axis", None) == "features" and isinstance(p, (C.Dense, C.LayerNormPre, C.LayerNormPost,
+                                                                   C.LayerNorm, C.RMSNorm)):
+        return dataclasses.replace(p, axis="channels")
+    return p
+
+
+def _is_unit(p) -> bool:
+    """A multiplication by exactly 1 (ResMLP's Affine alpha at initialisation): no layer at all."""
+    return isinstance(p, _PendingScale) and p.value == 1.0
 
 
 def _finalise(p):
@@ -341,8 +387,9 @@ def _read(module, example_input):
             gm(example_input)  # fails here, not later, if the module cannot run on it
     r = _Reader(module, gm)
     out = r.read()
-    layers = [_finalise(p) for p in out.layers]
-    ends = list(out.ends)
+    keep = [i for i, p in enumerate(out.layers) if not _is_unit(p)]
+    layers = [_finalise(out.layers[i]) for i in keep]
+    ends = [out.ends[i] for i in keep]
     if not layers:
         raise ValueError(f"{type(module).__name__} has no layers from_torch can read")
     if any(isinstance(p, C.Residual) for p in layers[:1]) or not isinstance(layers[0], C.Dense):
@@ -350,6 +397,8 @@ def _read(module, example_input):
                          f"found {C._short(layers[0])}")
     in_node = ends[0]
     body, body_ends = layers[1:], ends[1:]
+    if _has_token_mlp(body):  # an MLP-Mixer: its per-token layers act on the pair of channels
+        body = [_to_channels(p) for p in body]
     # candidates (repeats, period, read-out cut), most repeats first; only the chosen block is
     # validated (a symbolic pass over a deep whole stack grows fast, so never do it needlessly)
     cands = []

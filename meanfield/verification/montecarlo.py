@@ -49,7 +49,7 @@ import torch
 from .._serialize import Result
 from .._validate import check_int, check_nonnegative, check_real
 from ..calculus import Architecture, as_architecture
-from .networks import Context, input_layer, realise
+from .networks import PROBE_STREAMS, Context, input_layer, realise
 
 __all__ = ["MonteCarloResult", "MonteCarloOverflowWarning", "PhaseDiagramResult", "monte_carlo", "phase_diagram",
            "resolve_device", "make_inputs"]
@@ -282,17 +282,23 @@ def _jsonable(a):
 def _probes(ctx: Context, R: int, B: int, T: int, N: int, exact: bool, coupled: bool, P: int, key=None):
     """Tangent seeds (I, P, R, B, T, N): Gaussian probes or the identity basis.
 
-    Gaussian probes for initialisation i come from a generator seeded by
-    (seed, i, *key), independent of the weight generator, so the weights of
-    a network do not depend on which probes are requested (monte_carlo and
-    phase_diagram see the same networks for the same seed).
+    Gaussian probes of kind ``key = (kind, layer)`` are their own random
+    stream, apart from the weights' (counter-based source: stream
+    ``2^31 + kind * 2^24 + layer`` of :mod:`._philox`; per-initialisation
+    generators: a generator seeded by (seed, i, kind, layer)), so the
+    weights of a network do not depend on which probes are requested
+    (monte_carlo and phase_diagram see the same networks for the same seed).
     """
     I = ctx.n_init
     if not exact:
-        v = torch.empty((I, R, B, T, N), device=ctx.device, dtype=ctx.dtype)
-        for j, i in enumerate(ctx.init_ids):
-            g = torch.Generator(device=ctx.device).manual_seed(_seed_for(ctx.seed, i, *key))
-            torch.randn((R, B, T, N), generator=g, out=v[j])
+        if ctx.generators is None:
+            kind, layer = key
+            v = ctx.stream(PROBE_STREAMS + (kind << 24) + layer, (R, B, T, N))
+        else:
+            v = torch.empty((I, R, B, T, N), device=ctx.device, dtype=ctx.dtype)
+            for j, i in enumerate(ctx.init_ids):
+                g = torch.Generator(device=ctx.device).manual_seed(_seed_for(ctx.seed, i, *key))
+                torch.randn((R, B, T, N), generator=g, out=v[j])
         return v.unsqueeze(1).expand(I, P, R, B, T, N)
     if coupled:  # basis over (B, T, N): cross-sample derivatives
         eye = torch.eye(B * T * N, device=ctx.device, dtype=ctx.dtype).view(B * T * N, B, T, N)
@@ -319,6 +325,23 @@ def _kernels(h: torch.Tensor):
     total = gram.sum(dim=(1, 2)) - gram.diagonal(dim1=1, dim2=2).sum(-1)
     K12 = (total / (B * (B - 1))).view(I, P, T).mean(-1)
     return K, K12
+
+
+def _context(params, device, dtype, seed, idx) -> Context:
+    """Random numbers of initialisations ``idx``: counter-based on the CPU, per-init generators on CUDA.
+
+    Both depend only on (seed, initialisation index), so a chunk or a shard
+    of initialisations draws exactly the rows the whole run draws there. On
+    the CPU one call fills a weight tensor for every initialisation of the
+    chunk (:mod:`._philox`); on CUDA each initialisation has its own device
+    generator (Philox on the device), seeded by (seed, i).
+    """
+    if torch.device(device).type == "cpu":
+        return Context(None, params, device, dtype, seed=seed, init_ids=idx)
+    gens = [torch.Generator(device=device).manual_seed(_seed_for(seed, i, 0)) for i in idx]
+    ctx = Context(gens, params, device, dtype, seed=seed)
+    ctx.init_ids = list(idx)  # the probes' generators are keyed by the global index
+    return ctx
 
 
 def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, estimator="hutchinson",
@@ -359,9 +382,7 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
     J_all = np.full((n_init, P, depth), np.nan)
     for start in range(0, n_init, init_chunk):
         idx = range(init_offset + start, init_offset + min(n_init, start + init_chunk))
-        gens = [torch.Generator(device=device).manual_seed(_seed_for(seed, i, 0)) for i in idx]
-        ctx = Context(gens, params, device, dtype)
-        ctx.seed, ctx.init_ids = seed, list(idx)
+        ctx = _context(params, device, dtype, seed, idx)
         sl = slice(start, start + len(idx))
         with torch.no_grad():
             z = inp(x.view(1, 1, 1, B, T, N0).expand(len(idx), 1, 1, B, T, N0), ctx)
@@ -483,11 +504,14 @@ def monte_carlo(arch, sigma_w=None, sigma_b=None, depth=10, width=256, n_init=32
     device : None, 'cpu', 'cuda', 'cuda:N'
         None picks CUDA when available.
     seed : int
-        Initialisation i draws its weights from a generator seeded by
-        (seed, i) and its probes from generators seeded by (seed, i, layer),
-        so results are reproducible, do not depend on chunking, and the same
-        seed gives the same networks (and probes) in :func:`phase_diagram`;
-        the inputs depend on seed only.
+        Every random number of initialisation i is a function of (seed, i)
+        only (on the CPU the counter-based streams of
+        :mod:`meanfield.verification._philox`, keyed by (seed, i, draw);
+        on CUDA per-initialisation device generators seeded by (seed, i)),
+        with the probes on streams of their own, so results are
+        reproducible, do not depend on chunking (``init_chunk``) or sharding,
+        and the same seed gives the same networks (and probes) in
+        :func:`phase_diagram`; the inputs depend on seed only.
     dtype : torch.float64 or torch.float32
     estimator : 'hutchinson' or 'exact'
     n_probes : int

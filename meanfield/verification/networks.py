@@ -32,16 +32,17 @@ checks these rules against ``torch.func.jvp`` of the primal computation.
 Weights
 -------
 A Dense layer draws a standard normal matrix G of shape (I, out, in) and a
-vector g of shape (I, out) from the per-initialisation generators of the
-:class:`Context`, and uses
+vector g of shape (I, out) from the :class:`Context` (on the CPU one call
+fills G for all I initialisations: counter-based streams of
+:mod:`._philox`, keyed by (seed, initialisation, draw number)), and uses
 
     W = sigma_w * G / sqrt(fan_in),    b = sigma_b * g,
 
 for every parameter point at once: the matrix product with G is shared by
 all P points (one ``torch.bmm`` per layer), the scale sigma_w / sqrt(fan_in)
 and the bias are applied per point. Weights are drawn when a layer runs and
-are not stored, so memory does not grow with depth; re-seeding the
-generators replays the same network.
+are not stored, so memory does not grow with depth; the same seed replays
+the same network, whatever the chunking of the initialisations.
 
 Normalisations have no affine parameters (identity at initialisation) and no
 epsilon in the variance: LayerNorm normalises over the features (or, with
@@ -82,27 +83,49 @@ __all__ = [
 ]
 
 _PARAM_SYMBOLS = (S.sigma_w, S.sigma_b, S.mu, S.eps)
+#: counter-based streams from here on are probes (see montecarlo._probes); below, the weight draws of a pass
+PROBE_STREAMS = 1 << 31
 
 
 # ---------------------------------------------------------------------------
 # Random numbers and parameter values.
 # ---------------------------------------------------------------------------
 class Context:
-    """Per-initialisation generators and per-point parameter values for one pass.
+    """Random numbers for the initialisations of one pass, and per-point parameter values.
+
+    Two sources of standard normals, both giving initialisation i numbers that
+    depend only on (seed, i), so results do not depend on how the
+    initialisations are split into chunks or shards:
+
+    * counter-based (``seed=`` and ``init_ids=``; the CPU default of
+      :func:`~meanfield.verification.monte_carlo`): draw number n of the pass
+      is stream n of :mod:`._philox` (Philox4x32-10 + ziggurat) for every
+      initialisation, generated for all of them in one parallel call;
+    * per-initialisation generators (``generators=``, one torch.Generator per
+      initialisation, called in turn; used on CUDA, where the generators are
+      the device's own Philox).
 
     Parameters
     ----------
-    generators : list of torch.Generator
-        One per initialisation (on ``device``); draws for initialisation i
-        come only from ``generators[i]``, so results do not depend on how the
-        initialisations are split into chunks.
+    generators : list of torch.Generator, optional
+        One per initialisation (on ``device``).
     params : dict
         Maps 'sigma_w', 'sigma_b', 'mu', 'eps' to 1-d arrays of length P
         (the parameter points).
+    seed : int, optional
+        With ``init_ids``: the counter-based source.
+    init_ids : sequence of int, optional
+        The global indices of the initialisations of this pass.
     """
 
-    def __init__(self, generators: Sequence[torch.Generator], params: dict, device, dtype):
-        self.generators = list(generators)
+    def __init__(self, generators: Sequence[torch.Generator] | None, params: dict, device, dtype, *,
+                 seed: int | None = None, init_ids: Sequence[int] | None = None):
+        if (generators is None) == (init_ids is None):
+            raise ValueError("Context needs either generators (one per initialisation) or seed and init_ids")
+        self.generators = None if generators is None else list(generators)
+        self.seed = seed
+        self.init_ids = list(init_ids) if init_ids is not None else list(range(len(self.generators)))
+        self._draws = 0  # weight draws so far in this pass: the stream number of the next one
         self.device = torch.device(device)
         self.dtype = dtype
         arrays = {k: np.atleast_1d(np.asarray(v, dtype=np.float64)) for k, v in params.items()}
@@ -116,15 +139,31 @@ class Context:
 
     @property
     def n_init(self) -> int:
-        return len(self.generators)
+        return len(self.init_ids)
 
     def normal(self, shape) -> torch.Tensor:
-        """Standard normal tensor of shape (I, *shape), row i from generator i."""
+        """Standard normal tensor of shape (I, *shape): the pass's next weight draw, row i for initialisation i."""
+        stream = self._draws
+        self._draws += 1
+        if stream >= PROBE_STREAMS:
+            raise ValueError(f"more than {PROBE_STREAMS} weight draws in one pass")
+        return self.stream(stream, shape)
+
+    def stream(self, stream: int, shape) -> torch.Tensor:
+        """Stream ``stream`` of every initialisation, shape (I, *shape) (counter-based source only)."""
         shape = tuple(int(s) for s in shape)
-        out = torch.empty((self.n_init,) + shape, device=self.device, dtype=self.dtype)
-        for i, g in enumerate(self.generators):
-            torch.randn(shape, generator=g, out=out[i])
-        return out
+        if self.generators is not None:
+            out = torch.empty((self.n_init,) + shape, device=self.device, dtype=self.dtype)
+            for i, g in enumerate(self.generators):
+                torch.randn(shape, generator=g, out=out[i])
+            return out
+        from ._philox import fill_normal
+
+        flat = np.empty((self.n_init, math.prod(shape)),
+                        dtype=np.float32 if self.dtype == torch.float32 else np.float64)
+        fill_normal(flat, self.seed, self.init_ids, stream)
+        out = torch.from_numpy(flat).view((self.n_init,) + shape)
+        return out if self.device.type == "cpu" else out.to(self.device)
 
     def value(self, expr) -> torch.Tensor:
         """The parameter expression (a symbol or number, e.g. sigma_w) at every point: shape (P,)."""

@@ -762,76 +762,113 @@ def run_suite(cases=None, out_dir=None, device=None, quick: bool = True, *, dtyp
     dict with ``results`` (one dict per case), ``summary`` and the paths written.
     """
     dev = resolve_device(device)
-    if cases is None or isinstance(cases, (str, os.PathLike)):
-        cases = load_cases(cases, quick)
-    cases = [dict(c) for c in cases]
-    if only is not None:
-        only = [only] if isinstance(only, str) else list(only)
-        if not only:
-            raise ValueError("only: give at least one case id (omit it to run every case)")
-        known = [c["id"] for c in cases]
-        unknown = [i for i in only if i not in known]
-        if unknown:
-            raise ValueError(f"only: unknown case id(s) {', '.join(map(repr, unknown))}; "
-                             f"known: {', '.join(known)}")
-        cases = [c for c in cases if c["id"] in set(only)]
+    cases = _select_cases(cases, quick, only)
     out_dir = _check_out_dir(default_out_dir(quick, dev) if out_dir is None else out_dir)
     if plots:
         (out_dir / "plots").mkdir(parents=True, exist_ok=True)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(cases), desc="verification", unit="case")
-    results = []
     t0 = time.perf_counter()
     computed = {}
     if client is not None:  # missing cases on a Dask cluster, checkpointed as they complete
         from .distributed import run_cases
 
         computed = run_cases(client, cases, dev, dtype, out_dir / "cases", resume=resume, progress=progress)
-    for case in cases:
-        h = _case_hash(case, dev, dtype)
-        ckpt = out_dir / "cases" / f"{case['id']}.json"
-        res = computed.get(case["id"])
-        if res is None and resume:
-            res = _read_checkpoint(ckpt, case["id"], h)
-        if res is None and (ckpt.is_dir() or ckpt.is_symlink() and not ckpt.exists()):
-            ckpt = _move_aside(ckpt)
+    results = _run_cases(cases, dev, dtype, out_dir, computed, resume, progress, plots, dpi)
+    summary = _summarise(results, quick, dev, dtype, time.perf_counter() - t0)
+    _write_reports(out_dir, summary, results)
+    return {"summary": summary, "results": results, "out_dir": str(out_dir)}
+
+
+def _select_cases(cases, quick, only) -> list:
+    """The case dicts to run: loaded from a file (or the packaged list) and restricted to ``only``."""
+    if cases is None or isinstance(cases, (str, os.PathLike)):
+        cases = load_cases(cases, quick)
+    cases = [dict(c) for c in cases]
+    if only is None:
+        return cases
+    only = [only] if isinstance(only, str) else list(only)
+    if not only:
+        raise ValueError("only: give at least one case id (omit it to run every case)")
+    known = [c["id"] for c in cases]
+    unknown = [i for i in only if i not in known]
+    if unknown:
+        raise ValueError(f"only: unknown case id(s) {', '.join(map(repr, unknown))}; "
+                         f"known: {', '.join(known)}")
+    return [c for c in cases if c["id"] in set(only)]
+
+
+def _case_result(case, dev, dtype, out_dir, computed, resume) -> dict:
+    """One case's result: computed on a cluster, resumed from a valid checkpoint, or run now and checkpointed."""
+    h = _case_hash(case, dev, dtype)
+    ckpt = out_dir / "cases" / f"{case['id']}.json"
+    res = computed.get(case["id"])
+    if res is None and resume:
+        res = _read_checkpoint(ckpt, case["id"], h)
+    if res is None and (ckpt.is_dir() or ckpt.is_symlink() and not ckpt.exists()):
+        ckpt = _move_aside(ckpt)
+    if res is None:
+        res = run_case(case, dev, dtype)
+        res["hash"] = h
+        _write_json_atomic(ckpt, res)
+    return res
+
+
+def _attach_plot(res, case_id, out_dir, dpi) -> None:
+    """Draw the case's figure into ``plots/``; a failed plot is noted in the details, never fatal."""
+    if not res.get("data"):
+        return
+    try:
+        _plot_case(res, out_dir / "plots" / f"{case_id}.png", dpi=dpi)
+        res["plot"] = f"plots/{case_id}.png"
+    except Exception as err:  # a plot must not lose a result
+        res.setdefault("details", []).append(f"(plot failed: {err!r})")
+
+
+def _run_cases(cases, dev, dtype, out_dir, computed, resume, progress, plots, dpi) -> list:
+    """Every case's result, in order, with a progress bar."""
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(cases), desc="verification", unit="case")
+    results = []
+    try:
+        for case in cases:
+            if bar is not None:
+                bar.set_postfix_str(case["id"])
+            res = _case_result(case, dev, dtype, out_dir, computed, resume)
+            if plots:
+                _attach_plot(res, case["id"], out_dir, dpi)
+            results.append(res)
+            if bar is not None:
+                bar.update(1)
+    finally:
         if bar is not None:
-            bar.set_postfix_str(case["id"])
-        if res is None:
-            res = run_case(case, dev, dtype)
-            res["hash"] = h
-            _write_json_atomic(ckpt, res)
-        if plots and res.get("data"):
-            try:
-                _plot_case(res, out_dir / "plots" / f"{case['id']}.png", dpi=dpi)
-                res["plot"] = f"plots/{case['id']}.png"
-            except Exception as err:  # a plot must not lose a result
-                res.setdefault("details", []).append(f"(plot failed: {err!r})")
-        results.append(res)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+            bar.close()
+    return results
+
+
+def _summarise(results, quick, dev, dtype, wall_seconds) -> dict:
+    """Counts by status, overall verdict, times, hardware and the pass rule."""
     counts = {}
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    summary = {"mode": "quick" if quick else "full", "n_cases": len(results), "counts": counts,
-               "ok": all(r["status"] in ("pass", "xfail", "xpass") for r in results),
-               "wall_seconds": time.perf_counter() - t0,
-               # time spent in this run only: resumed cases cost nothing now
-               "case_seconds": sum(r.get("seconds", 0.0) for r in results if not r.get("resumed")),
-               "resumed": sum(bool(r.get("resumed")) for r in results),
-               "hardware": hardware_description(dev), "dtype": str(dtype).replace("torch.", ""),
-               "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": _git_commit(),
-               "allowance_rule": "|MC - theory| <= z SE + c (l / width) |theory| (+ c/|B| |theory| with "
-                                 "BatchNorm), z = 4, c = 2 unless the case says otherwise"}
+    return {"mode": "quick" if quick else "full", "n_cases": len(results), "counts": counts,
+            "ok": all(r["status"] in ("pass", "xfail", "xpass") for r in results),
+            "wall_seconds": wall_seconds,
+            # time spent in this run only: resumed cases cost nothing now
+            "case_seconds": sum(r.get("seconds", 0.0) for r in results if not r.get("resumed")),
+            "resumed": sum(bool(r.get("resumed")) for r in results),
+            "hardware": hardware_description(dev), "dtype": str(dtype).replace("torch.", ""),
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": _git_commit(),
+            "allowance_rule": "|MC - theory| <= z SE + c (l / width) |theory| (+ c/|B| |theory| with "
+                              "BatchNorm), z = 4, c = 2 unless the case says otherwise"}
+
+
+def _write_reports(out_dir, summary, results) -> None:
+    """results.json (without the bulky data and tracebacks) and report.md."""
     slim = [{k: v for k, v in r.items() if k not in ("data", "traceback")} for r in results]
     _write_json_atomic(out_dir / "results.json", {"summary": summary, "results": slim})
     (out_dir / "report.md").write_text(_report(summary, results))
-    return {"summary": summary, "results": results, "out_dir": str(out_dir)}
 
 
 _STATUSES = ("pass", "fail", "xfail", "xpass", "error")
