@@ -459,10 +459,47 @@ class CompiledRecursion:
     mu: float
     eps: float
     pair: bool
+    #: a layer divides by a variance of its input (read once from the tree: the solvers' 0/0 checks)
+    normalises: bool = False
+    #: the pair is two channels of one token (the Mixer), not two inputs
+    channels: bool = False
+    #: ``fns`` behind numba's wrapper-address protocol (what :meth:`fast_call` passes)
+    fast_fns: object = None
 
     @property
     def source_path(self) -> str:
         return self.module.__file__
+
+    def fast_call(self, kernel: str, *args):
+        """``meanfield._kernels.<kernel>(fns, *args)`` (``pair`` is not inserted) without numba's
+        per-call type dispatch after the first call.
+
+        numba's dispatcher re-types every argument on each call (the cfunc
+        argument alone costs ~10 us). The first call goes through it
+        (compiling or loading the kernel) and records the compiled entry
+        point of the specialisation it chose; later calls enter it directly.
+        The caller's contract: every call for one kernel passes arguments of
+        the same types (float64 scalars, bools, C-contiguous float64 arrays).
+        """
+        ep = _ENTRIES.get(kernel)
+        if ep is not None:
+            return ep(self.fast_fns, *args)
+        from . import _kernels
+
+        fn = getattr(_kernels, kernel)
+        if _kernels_cold(fn):
+            from ._cache import compile_notice
+
+            compile_notice("the solver kernels", "10-30 s")
+        with quiet_numba():
+            out = fn(self.fns, *args)
+        try:
+            ov = fn.overloads.get(tuple(fn.typeof_pyval(a) for a in (self.fns, *args)))
+        except Exception:  # an optimisation only: the dispatcher stays correct
+            ov = None
+        if ov is not None:
+            _ENTRIES[kernel] = ov.entry_point
+        return out
 
     def call(self, kernel: str, *args):
         """``meanfield._kernels.<kernel>(fns, *args)`` (``pair`` is inserted where the kernel takes it)."""
@@ -493,8 +530,31 @@ def _kernels_cold(fn) -> bool:
         return False
 
 
+_ENTRIES: dict = {}
+
+
+class _Address:
+    """A cfunc seen through numba's wrapper-address protocol.
+
+    Unboxing a ``CFunc`` argument re-checks its signature on every call
+    (~5 us); this object hands numba the address it already knows. Same
+    machine code, same numbers.
+    """
+
+    __slots__ = ("_addr", "_sig")
+
+    def __init__(self, cfunc):
+        self._addr = cfunc.address
+        self._sig = cfunc._sig
+
+    def __wrapper_address__(self):
+        return self._addr
+
+    def signature(self):
+        return self._sig
+
 #: kernels whose second argument is the ``pair`` flag
-_PAIRED = frozenset({"fixed_point", "fixed_point_many", "profile", "depth_samples", "reached", "h_line",
+_PAIRED = frozenset({"fixed_point", "fixed_point_many", "profile", "profile_many", "depth_samples", "reached", "h_line",
                      "line_robust", "critical_line_many"})
 
 
@@ -512,7 +572,8 @@ def _compiled(arch: Architecture) -> CompiledRecursion:
     pair = S.K12 in rec.state
     mu = float(arch.mu) if arch.mu is not None else 0.0
     eps = float(arch.eps) if arch.eps is not None else 0.0
-    return CompiledRecursion(arch, module, module.FNS, mu, eps, pair)
+    return CompiledRecursion(arch, module, module.FNS, mu, eps, pair, bool(arch.normalises),
+                             arch.pair_axis == "channels", _Address(module.FNS))
 
 
 def compiled(arch=None, **kwargs) -> CompiledRecursion:

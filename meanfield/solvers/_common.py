@@ -1,6 +1,8 @@
 """Shared plumbing of the numeric solvers: arguments, errors, status codes."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .._validate import broadcast_named, check_nonnegative
@@ -29,11 +31,38 @@ class ConvergenceError(RuntimeError):
 
 
 def prepare(arch, kwargs):
-    """(Architecture, CompiledRecursion) from an Architecture or architecture keywords."""
-    from ..numeric import compiled
+    """(Architecture, CompiledRecursion) from an Architecture or architecture keywords.
 
-    arch = as_architecture(arch, **kwargs)
-    return arch, compiled(arch)
+    Both are cached: keyword architectures by their (hashable) keywords, so a
+    loop of ``kernel_profile(activation="erf", ...)`` builds the Architecture
+    and looks up its compiled code once.
+    """
+    global _LAST
+    if arch is None and kwargs:
+        try:
+            return _prepared(tuple(sorted(kwargs.items())))
+        except TypeError:  # an unhashable keyword value (a list): no caching
+            pass
+    elif not kwargs and arch is not None and arch is _LAST[0]:
+        return _LAST[1]  # the same object as last time (a loop over points): no hashing
+    out = _prepare(as_architecture(arch, **kwargs))
+    if not kwargs and arch is out[0]:
+        _LAST = (arch, out)
+    return out
+
+
+_LAST = (None, None)
+
+
+def _prepare(arch):
+    from ..numeric import _compiled
+
+    return arch, _compiled(arch)
+
+
+@lru_cache(maxsize=256)
+def _prepared(items):
+    return _prepare(as_architecture(None, **dict(items)))
 
 
 def require_point(sigma_w, sigma_b):
