@@ -41,7 +41,7 @@ from ._fnindex import (CHI_DELTA, CHI_J, CHI_K, DC_DK, DC_DT, DC_DW, DK_DQ, DK_D
 
 _EPS = 2.220446049250313e-16
 _KMAX = 1e250          # beyond this the kernel is declared divergent
-_KINF = 1e100          # factors "at K = inf" are evaluated this far along the growth
+from ._fnindex import KINF as _KINF  # noqa: E402  factors "at K = inf" are evaluated this far along the growth
 _NSCAN = 34            # scan grid v = 0 and 1e-10 * 8^k, k = 0..33 (up to ~6e19)
 
 _JIT = dict(cache=True, error_model="numpy", nogil=True)

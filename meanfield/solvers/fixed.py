@@ -13,7 +13,6 @@ as K^l -> inf.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -257,7 +256,7 @@ def _check_profile(arch, comp, sw, sb, mu, K, X):
                       KernelOverflowWarning, stacklevel=3)
         # chi_J at K = inf: the limit along the growth, evaluated far along it
         from .. import _fnindex as KN
-        from .._kernels import _KINF
+        from .._fnindex import KINF as _KINF
 
         out = np.empty(1)
         comp.call("expr_grid", KN.CHI_J, np.array([_KINF]), np.zeros(1), np.array([sw * sw]), np.array([sb * sb]),
@@ -345,11 +344,11 @@ def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None
     lost = (outS == ST_INF) & np.isnan(outC)
     if lost.any():
         from .. import _fnindex as KN
-        from .._kernels import _KINF
+        from .._fnindex import KINF as _KINF
         from .lines import _expr
 
         for i in np.flatnonzero(lost):  # per point: mu may differ
-            c = comp if mu_arr is None else dataclasses.replace(comp, mu=float(flat[4][i]))
+            c = comp if mu_arr is None else comp.with_mu(float(flat[4][i]))
             F1 = _expr(c, KN.KERNEL, _KINF, flat[2][i], flat[3][i])
             F2 = _expr(c, KN.KERNEL, 2 * _KINF, flat[2][i], flat[3][i])
             outC[i] = float((F2 - F1)[0] / _KINF)

@@ -371,15 +371,11 @@ def fixed_points(arch=None, sigma_w=None, sigma_b=None, K_max=1e10, _known=(), *
     n = comp.call("roots_scan", grid, 0.0, W, T, comp.mu, comp.eps, out)
     roots = list(out[:n])
     # tangent roots: |g| dips towards zero without a sign change
-    from .._kernels import _min_dg
-    from ..numeric import quiet_numba
-
     a = np.abs(g)
     for i in range(1, grid.size - 1):
         if a[i] < a[i - 1] and a[i] <= a[i + 1] and np.sign(g[i - 1]) == np.sign(g[i]) == np.sign(g[i + 1]) != 0:
             s = float(np.sign(g[i]))
-            with quiet_numba():
-                xm, fm = _min_dg(comp.fns, grid[i - 1], grid[i + 1], s, 0.0, W, T, comp.mu, comp.eps)
+            xm, fm = comp.call("_min_dg", float(grid[i - 1]), float(grid[i + 1]), s, 0.0, W, T, comp.mu, comp.eps)
             if fm <= 16 * np.finfo(float).eps * max(1.0, xm) and not any(abs(xm - r) <= 1e-9 * max(1, r) for r in roots):
                 # a tangent root is only located to ~sqrt(eps): prefer a known exact one
                 near = [k for k in _known if abs(k - xm) <= 1e-5 * max(1.0, abs(k))]
@@ -589,7 +585,7 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
     else:
         if ok[0] and abs(c[0]) <= 1e-12:
             found.append((0.0, W[0], T[0]))
-        from scipy.optimize import brentq
+        from ._common import brentq  # scipy's algorithm without importing scipy.optimize
 
         def cfun(K):
             outw, outt, outs = np.empty(1), np.empty(1), np.empty(1, dtype=np.int64)
