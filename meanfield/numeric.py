@@ -26,6 +26,17 @@ passes, NaN if it never does), and to the nested rule of
 :func:`meanfield.gaussian.expect2` for two-point expectations. Integrand
 bodies are rewritten to avoid float64 overflow (a stable softplus).
 
+Two engines
+-----------
+The generated module and :mod:`meanfield._kernels` are plain Python with
+numba decorators. Until numba is loaded, small calls run both sources in
+CPython (decorators removed, numpy scalars and a guarded ``math`` giving
+numba's numpy error model): a first answer in a fresh process costs no
+compilation and no numba import. Large calls, and every call once a process
+has spent :data:`INTERPRETED_BUDGET_S` CPU seconds interpreting, use numba
+(see :class:`CompiledRecursion`). The engines agree to ~1e-15 (the same IEEE
+operations in the same order; libm functions may differ by an ulp).
+
 Caching
 -------
 ``cache=True`` needs a real source file, so the generated module is written
