@@ -101,3 +101,17 @@ def test_small_first_call_does_not_import_numba(tmp_path):
     assert float(K50) == pytest.approx(ref, rel=1e-13)
     # erf's critical point at K* = 0: sigma_w^2 E[phi'(0)^2] = 1 gives sigma_w = sqrt(pi)/2 (independent)
     assert float(sw) == pytest.approx(np.sqrt(np.pi) / 2, rel=1e-12)
+
+
+def test_cli_theory_command_imports_neither_torch_nor_numba(tmp_path):
+    """`meanfield critical-point` builds its parser without torch and answers erf without numba."""
+    code = ("import sys\nsys.argv = ['meanfield', 'critical-point', '--activation', 'erf']\n"
+            "from meanfield import cli\n"
+            "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, 'numba' in sys.modules)\n")
+    env = dict(os.environ, MEANFIELD_CACHE_DIR=str(tmp_path))
+    env.pop("MEANFIELD_ENGINE", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "sigma_w = 0.8862269255" in out.stdout  # sqrt(pi)/2
+    assert out.stdout.split()[-2:] == ["False", "False"]
