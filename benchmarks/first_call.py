@@ -28,8 +28,7 @@ print(t1 - t0, c1 - c0, t2 - t1, c2 - c1)
 OVERHEAD = """
 import time, meanfield as mf
 arch = mf.Architecture(activation="erf")
-for _ in range(3000):   # past the interpreted budget: numba answers from here on
-    mf.kernel_profile(arch, sigma_w=1.2, sigma_b=0.1, depth=1)
+mf.kernel_profile(arch, sigma_w=1.2, sigma_b=0.1, depth=1)  # numba (MEANFIELD_ENGINE=numba): load
 def best(f, n=20000):
     b = 1e9
     for _ in range(5):
@@ -62,9 +61,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--activations", nargs="+", default=["erf", "gelu", "tanh"])
     ap.add_argument("--json")
+    ap.add_argument("--overhead-only", action="store_true")
     args = ap.parse_args()
     rows = []
-    for act in args.activations:
+    for act in ([] if args.overhead_only else args.activations):
         with tempfile.TemporaryDirectory() as d:
             env = dict(os.environ, MEANFIELD_CACHE_DIR=d, MEANFIELD_QUIET="1")
             for kind in ("cold", "warm"):
@@ -77,7 +77,7 @@ def main():
                              import_cpu_s=ci, first_profile_wall_s=tp, first_profile_cpu_s=cp))
             print(json.dumps(rows[-1]), flush=True)
     with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, MEANFIELD_CACHE_DIR=os.environ.get("MEANFIELD_CACHE_DIR", d))
+        env = dict(os.environ, MEANFIELD_CACHE_DIR=os.environ.get("MEANFIELD_CACHE_DIR", d), MEANFIELD_ENGINE="numba")
         _, _, out, _ = run([sys.executable, "-c", OVERHEAD], env)
         k, a, w = map(float, out.split())
         rows.append(dict(what="warm one-point kernel_profile (depth 1), us", kernel_alone_us=k,
