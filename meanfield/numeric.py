@@ -583,7 +583,7 @@ class _Slow(Exception):
 #: then numba takes over (a loop of many small calls gets numba's per-point speed)
 INTERPRETED_BUDGET_S = 0.5
 #: calls whose arrays hold more than this many elements go to numba directly
-INTERPRETED_MAX_ELEMENTS = 4096
+INTERPRETED_MAX_ELEMENTS = 50_000
 
 
 #: wall seconds this process has spent in interpreted kernels (all architectures)
