@@ -15,8 +15,11 @@ The folder is ``$MEANFIELD_CACHE_DIR`` if set, else
 ``$XDG_CACHE_HOME/meanfield`` or ``~/.cache/meanfield``; when that cannot be
 written, a per-user folder in the system's temporary directory. If the user
 sets ``NUMBA_CACHE_DIR``, numba's own rule places the kernels' cache there.
-A first use compiles (about 10-40 s per activation on a 2-core machine, once
-for the kernels); later processes load from the cache in well under a second.
+A first use by numba compiles (about 10-40 s per activation on a 2-core
+machine, once for the kernels); later processes load from the cache in a
+second or two. Small requests never wait for that: they run the same
+generated module in CPython (:class:`meanfield.numeric.CompiledRecursion`),
+which needs only the generated ``.py`` file (sympy, well under a second).
 ``meanfield cache info`` prints the folder and its size; ``meanfield cache
 clear`` empties it (the next call recompiles).
 """

@@ -11,3 +11,7 @@ FUNCTIONS = (
 
 KERNEL, KERNEL12, CHI_J, CHI_K, CHI_DELTA, DK_DQ, DQ_DK, DQ_DQ, DK_DW, DK_DT, DX_DK, DX_DW, DX_DT, \
     DC_DK, DC_DW, DC_DT = range(len(FUNCTIONS))
+
+#: factors "at K = inf" are evaluated this far along the growth (the kernels and the
+#: Python-level solvers share it; here because importing meanfield._kernels imports numba)
+KINF = 1e100

@@ -41,7 +41,7 @@ from ._fnindex import (CHI_DELTA, CHI_J, CHI_K, DC_DK, DC_DT, DC_DW, DK_DQ, DK_D
 
 _EPS = 2.220446049250313e-16
 _KMAX = 1e250          # beyond this the kernel is declared divergent
-_KINF = 1e100          # factors "at K = inf" are evaluated this far along the growth
+from ._fnindex import KINF as _KINF  # noqa: E402  factors "at K = inf" are evaluated this far along the growth
 _NSCAN = 34            # scan grid v = 0 and 1e-10 * 8^k, k = 0..33 (up to ~6e19)
 
 _JIT = dict(cache=True, error_model="numpy", nogil=True)
@@ -380,15 +380,15 @@ def fixed_point(fns, pair, K0, Q0, W, T, mu, eps, maxiter):
 
 @njit(**_JIT)
 def fixed_point_many(fns, pair, K0, Q0, W, T, mu, eps, maxiter, outK, outQ, outS, outX, outC):
-    """Vectorised fixed_point over flat arrays, with chi_J* and chi_K* there."""
+    """Vectorised fixed_point over flat arrays (``mu`` one per point too), with chi_J* and chi_K* there."""
     for i in range(W.shape[0]):
-        K, Q, st, Kf, Qf = fixed_point(fns, pair, K0[i], Q0[i], W[i], T[i], mu, eps, maxiter)
+        K, Q, st, Kf, Qf = fixed_point(fns, pair, K0[i], Q0[i], W[i], T[i], mu[i], eps, maxiter)
         outK[i] = K
         outQ[i] = Q
         outS[i] = st
         if st == ST_OK or st == ST_INF:
-            outX[i] = fns(CHI_J, Kf, Qf, W[i], T[i], mu, eps)
-            outC[i] = fns(CHI_K, Kf, Qf, W[i], T[i], mu, eps)
+            outX[i] = fns(CHI_J, Kf, Qf, W[i], T[i], mu[i], eps)
+            outC[i] = fns(CHI_K, Kf, Qf, W[i], T[i], mu[i], eps)
         else:
             outX[i] = math.nan
             outC[i] = math.nan
@@ -423,16 +423,34 @@ def roots_scan(fns, Ks, Q, W, T, mu, eps, out):
 # ---------------------------------------------------------------------------
 @njit(**_JIT)
 def profile(fns, pair, K0, Q0, W, T, mu, eps, outK, outQ, outX):
-    """K^l, K12^l and chi_J^l = J^{l,l+1} for l = 1..depth (arrays of length depth)."""
+    """K^l, K12^l and chi_J^l = J^{l,l+1} for l = 1..depth (arrays of length depth).
+
+    Returns True when every K^l and chi_J^l is finite (the caller's checks run only otherwise)."""
     K, Q = K0, Q0
+    ok = True
     for l in range(outK.shape[0]):
         outK[l] = K
         outQ[l] = Q
-        outX[l] = fns(CHI_J, K, Q, W, T, mu, eps)
+        X = fns(CHI_J, K, Q, W, T, mu, eps)
+        outX[l] = X
+        ok = ok and _isfinite(K) and _isfinite(X)
         Kn = fns(KERNEL, K, Q, W, T, mu, eps)
         if pair:
             Q = fns(KERNEL12, K, Q, W, T, mu, eps)
         K = Kn
+    return ok
+
+
+@njit(**_JIT)
+def profile_many(fns, pair, K0, Q0, W, T, mu, eps, outK, outQ, outX):
+    """:func:`profile` at n points (flat arrays K0, Q0, W, T, mu; outputs of shape (n, depth)):
+    row i is exactly what ``profile`` returns for point i. Returns the number of rows with a
+    non-finite K^l or chi_J^l."""
+    bad = 0
+    for i in range(W.shape[0]):
+        if not profile(fns, pair, K0[i], Q0[i], W[i], T[i], mu[i], eps, outK[i], outQ[i], outX[i]):
+            bad += 1
+    return bad
 
 
 @njit(**_JIT)

@@ -528,7 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
             description="Compare theory with Monte-Carlo torch networks: the quick case list shipped with the "
                         "package by default. Exit status 0 when every case passes (or fails as declared), 1 when "
                         "one fails, 2 for bad arguments.")
-    from .verification.__main__ import add_options
+    from ._verify_options import add_options  # torch-free: the parser must not import torch
 
     add_options(s, full_flag=True)
     s.set_defaults(func=cmd_verify)

@@ -75,7 +75,8 @@ def test_unsupported_expression_is_a_clear_error():
 @pytest.mark.slow  # compiles from scratch in a second process
 def test_second_process_does_not_recompile(tmp_path):
     """A fresh process finds the generated module and numba's caches: no compilation."""
-    env = dict(os.environ, MEANFIELD_CACHE_DIR=str(tmp_path))
+    # numba answers every call (else this small call would run interpreted, without the kernels)
+    env = dict(os.environ, MEANFIELD_CACHE_DIR=str(tmp_path), MEANFIELD_ENGINE="numba")
     code = textwrap.dedent("""
         import json, time
         import meanfield as mf

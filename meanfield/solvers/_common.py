@@ -1,6 +1,9 @@
 """Shared plumbing of the numeric solvers: arguments, errors, status codes."""
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 import numpy as np
 
 from .._validate import broadcast_named, check_nonnegative
@@ -29,11 +32,38 @@ class ConvergenceError(RuntimeError):
 
 
 def prepare(arch, kwargs):
-    """(Architecture, CompiledRecursion) from an Architecture or architecture keywords."""
-    from ..numeric import compiled
+    """(Architecture, CompiledRecursion) from an Architecture or architecture keywords.
 
-    arch = as_architecture(arch, **kwargs)
-    return arch, compiled(arch)
+    Both are cached: keyword architectures by their (hashable) keywords, so a
+    loop of ``kernel_profile(activation="erf", ...)`` builds the Architecture
+    and looks up its compiled code once.
+    """
+    global _LAST
+    if arch is None and kwargs:
+        try:
+            return _prepared(tuple(sorted(kwargs.items())))
+        except TypeError:  # an unhashable keyword value (a list): no caching
+            pass
+    elif not kwargs and arch is not None and arch is _LAST[0]:
+        return _LAST[1]  # the same object as last time (a loop over points): no hashing
+    out = _prepare(as_architecture(arch, **kwargs))
+    if not kwargs and arch is out[0]:
+        _LAST = (arch, out)
+    return out
+
+
+_LAST = (None, None)
+
+
+def _prepare(arch):
+    from ..numeric import _compiled
+
+    return arch, _compiled(arch)
+
+
+@lru_cache(maxsize=256)
+def _prepared(items):
+    return _prepare(as_architecture(None, **dict(items)))
 
 
 def require_point(sigma_w, sigma_b):
@@ -87,3 +117,54 @@ def as_output(arr, shape):
     """A float for a 0-d result, else an array of ``shape``."""
     arr = np.asarray(arr, dtype=np.float64).reshape(shape)
     return float(arr) if arr.ndim == 0 else arr
+
+
+def brentq(f, a, b, xtol=2e-12, rtol=8.881784197001252e-16, maxiter=100):
+    """A root of ``f`` in [a, b] (f(a) f(b) <= 0) by Brent's method: scipy.optimize.brentq's
+    algorithm (its C routine ``brentq.c``, transcribed), so that a one-point solve does not
+    import scipy.optimize (~1 s). ValueError when f(a) and f(b) have the same sign or f is
+    NaN; the root is returned to |dx| <= (xtol + rtol |x|) / 2, as scipy's."""
+    xpre, xcur = float(a), float(b)
+    fpre, fcur = float(f(xpre)), float(f(xcur))
+    if math.isnan(fpre) or math.isnan(fcur):
+        raise ValueError("f is NaN at a bracket end")
+    if fpre * fcur > 0:
+        raise ValueError("f(a) and f(b) must have different signs")
+    if fpre == 0:
+        return xpre
+    if fcur == 0:
+        return xcur
+    xblk = fblk = spre = scur = 0.0
+    for _ in range(maxiter):
+        if fpre != 0 and fcur != 0 and (math.copysign(1.0, fpre) != math.copysign(1.0, fcur)):
+            xblk, fblk = xpre, fpre
+            spre = scur = xcur - xpre
+        if abs(fblk) < abs(fcur):
+            xpre, xcur, xblk = xcur, xblk, xcur
+            fpre, fcur, fblk = fcur, fblk, fcur
+        delta = (xtol + rtol * abs(xcur)) / 2
+        sbis = (xblk - xcur) / 2
+        if fcur == 0 or abs(sbis) < delta:
+            return xcur
+        if abs(spre) > delta and abs(fcur) < abs(fpre):
+            if xpre == xblk:  # interpolate
+                stry = -fcur * (xcur - xpre) / (fcur - fpre)
+            else:  # extrapolate
+                dpre = (fpre - fcur) / (xpre - xcur)
+                dblk = (fblk - fcur) / (xblk - xcur)
+                stry = -fcur * (fblk * dblk - fpre * dpre) / (dblk * dpre * (fblk - fpre))
+            if 2 * abs(stry) < min(abs(spre), 3 * abs(sbis) - delta):
+                spre, scur = scur, stry  # good short step
+            else:
+                spre, scur = sbis, sbis  # bisect
+        else:
+            spre, scur = sbis, sbis
+        xpre, fpre = xcur, fcur
+        if abs(scur) > delta:
+            xcur += scur
+        else:
+            xcur += delta if sbis > 0 else -delta
+        fcur = float(f(xcur))
+        if math.isnan(fcur):
+            raise ValueError("f is NaN inside the bracket")
+    return xcur

@@ -196,6 +196,28 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, critic
         tolerance; ``sigma_w``, ``sigma_b`` of the result are the exact ones.
     """
     arch, comp = prepare(arch, arch_kwargs)
+    sw, sb, W, T, depth, K0 = _exponent_arguments(sigma_w, sigma_b, K0, depth, critical_tol)
+    sw, sb, W, T, K, chiJ, chiK, status, pre_note = _locate_fixed_point(arch, comp, sw, sb, W, T, K0,
+                                                                        float(critical_tol))
+    base = dict(architecture=arch, sigma_w=sw, sigma_b=sb, K_star=K, chi_J=chiJ, chi_K=chiK)
+    xi = float(_xi(chiJ))
+    nan = np.nan
+    if status == ST_INF:
+        return _divergent(arch, comp, sw, sb, W, T, K0, depth, base, xi)
+    if abs(chiK - 1.0) > 1e-7:
+        return _off_critical_point(comp, sw, sb, W, T, K0, depth, base, xi)
+    # chi_K* = 1: a critical point (or a marginal, scale-invariant map)
+    if comp.pair:
+        return Exponents(**base, regime="critical point", zeta_K=nan, zeta=nan, zeta_K_numeric=nan,
+                         zeta_numeric=nan, xi=xi, note="series exponents need a one-input state")
+    c2, c3, d1 = _series(arch, K, sw, sb)
+    if abs(c2) <= 1e-12 and abs(c3) <= 1e-12:
+        return _marginal(comp, sw, sb, W, T, K0, depth, base, xi, chiJ, c2, d1)
+    return _at_critical_point(arch, comp, sw, sb, W, T, K0, depth, base, xi, K, chiJ, c2, c3, d1, pre_note)
+
+
+def _exponent_arguments(sigma_w, sigma_b, K0, depth, critical_tol):
+    """Validated (sw, sb, W, T, depth, K0) of :func:`exponents` (scalars only: the meaning is per point)."""
     if sigma_w is None or sigma_b is None:
         raise ValueError("exponents needs sigma_w= and sigma_b= (scalars)")
     for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
@@ -209,6 +231,16 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, critic
         K0 = float(check_nonnegative("K0", K0))
     check_real("critical_tol", critical_tol, minimum=0.0, maximum=1e-3)
     sw, sb, W, T = (float(x) for x in variances(sigma_w, sigma_b))
+    return sw, sb, W, T, depth, K0
+
+
+def _locate_fixed_point(arch, comp, sw, sb, W, T, K0, critical_tol):
+    """The fixed point whose exponents are reported, and the point it sits at.
+
+    The one reached from K0; or, within ``critical_tol`` of an exact critical
+    point, that point's; or a critical fixed point the unit input does not
+    reach. Returns (sw, sb, W, T, K*, chi_J*, chi_K*, status, note prefix).
+    """
     st = fixed_point_state(arch, sw, sb, K0=K0, errors="raise")
     K, chiJ, chiK, status = float(st.K), float(st.chi_J), float(st.chi_K), int(st.status)
     pre_note = ""
@@ -217,13 +249,13 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, critic
         # a critical point typed in to 13 digits is off it by ~1e-14: its tangent fixed
         # point has split or vanished, yet the network lingers there for ~1e7 layers.
         # Within critical_tol of an exact critical point, report that point's exponents.
-        near = _near_critical_point(arch, comp, sw, sb, W, T, float(critical_tol))
+        near = _near_critical_point(arch, comp, sw, sb, W, T, critical_tol)
         if near is not None:
             Kc, Wc, Tc, dist = near
             swc, sbc = float(np.sqrt(Wc)), float(np.sqrt(Tc))
             pre_note = (f"(sigma_w, sigma_b) = ({sw:.17g}, {sb:.17g}) is {dist:.3g} (relative distance) from the "
                         f"exact critical point ({swc:.17g}, {sbc:.17g}), K* = {Kc:.17g}, within critical_tol = "
-                        f"{float(critical_tol):g}: exponents are those of that point; ")
+                        f"{critical_tol:g}: exponents are those of that point; ")
             sw, sb, W, T = swc, sbc, Wc, Tc
             st = fixed_point_state(arch, sw, sb, K0=K0, errors="raise")
             K, chiJ, chiK, status = float(st.K), float(st.chi_J), float(st.chi_K), int(st.status)
@@ -247,44 +279,48 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, critic
             pre_note += (f"the unit-norm input converges to K = {K:.10g} instead; exponents are those of "
                          f"the critical fixed point K* = {crit[0]:.10g} ")
             K, chiJ, chiK, status = crit[0], crit[1], crit[2], ST_OK
-    base = dict(architecture=arch, sigma_w=sw, sigma_b=sb, K_star=K, chi_J=chiJ, chi_K=chiK)
-    xi = float(_xi(chiJ))
+    return sw, sb, W, T, K, chiJ, chiK, status, pre_note
+
+
+def _off_critical_point(comp, sw, sb, W, T, K0, depth, base, xi):
+    """chi_K* != 1: K^l relaxes exponentially; J too unless chi_J* = 1 (on the critical line:
+    J -> const)."""
     nan = np.nan
-    Q0 = T
-    if status == ST_INF:
-        return _divergent(arch, comp, sw, sb, W, T, K0, depth, base, xi)
-    if abs(chiK - 1.0) > 1e-7:
-        # K^l relaxes exponentially; J too unless chi_J* = 1 (on the critical line: J -> const)
-        if abs(chiJ - 1.0) <= 1e-7:
-            L = depth or 2 ** 16
-            k0 = sw * sw + sb * sb if K0 is None else float(K0)
-            l, oK, oL, oX = _samples(comp, k0, Q0, W, T, L)
-            s = -l * np.log(oX)
-            zn = _local_fit(l, s)
-            return Exponents(**base, regime="critical line", zeta_K=nan, zeta=0.0, zeta_K_numeric=nan,
-                             zeta_numeric=zn, xi=xi, depth=L, K0=k0,
-                             note="chi_K* < 1: K^l converges exponentially and J^{l0,l} to a constant")
-        return Exponents(**base, regime="ordered" if chiJ < 1 else "chaotic", zeta_K=nan, zeta=nan,
-                         zeta_K_numeric=nan, zeta_numeric=nan, xi=xi,
-                         note="off criticality J^{l0,l} ~ exp(-l/xi): no power law")
-    # chi_K* = 1: a critical point (or a marginal, scale-invariant map)
-    if comp.pair:
-        return Exponents(**base, regime="critical point", zeta_K=nan, zeta=nan, zeta_K_numeric=nan,
-                         zeta_numeric=nan, xi=xi, note="series exponents need a one-input state")
-    c2, c3, d1 = _series(arch, K, sw, sb)
-    if abs(c2) <= 1e-12 and abs(c3) <= 1e-12:
-        # every nearby K is fixed (scale-invariant): nothing flows
+    chiJ = base["chi_J"]
+    if abs(chiJ - 1.0) <= 1e-7:
         L = depth or 2 ** 16
-        l, oK, oL, oX = _samples(comp, (sw * sw + sb * sb) if K0 is None else K0, Q0, W, T, L)
-        zn = _local_fit(l, -l * np.log(oX)) if np.all(oX > 0) else nan
-        dk = np.abs(oK - oK[0])
-        zkn = 0.0 if np.all(dk <= 1e-9 * max(1.0, abs(oK[0]))) else nan
-        # every K is a fixed point here: the one that matters is where the input sits
-        base["K_star"] = float(oK[0])
-        return Exponents(**base, regime="marginal", zeta_K=0.0, zeta=0.0 if abs(chiJ - 1) <= 1e-7 else nan,
-                         zeta_K_numeric=zkn, zeta_numeric=zn, c2=c2, d1=d1, xi=xi, depth=L, K0=float(oK[0]),
-                         note="F(K) = K near K*: K^l stays at its input value, J^{l0,l} constant "
-                              "(paper eq. 103)")
+        k0 = sw * sw + sb * sb if K0 is None else float(K0)
+        l, oK, oL, oX = _samples(comp, k0, T, W, T, L)
+        s = -l * np.log(oX)
+        zn = _local_fit(l, s)
+        return Exponents(**base, regime="critical line", zeta_K=nan, zeta=0.0, zeta_K_numeric=nan,
+                         zeta_numeric=zn, xi=xi, depth=L, K0=k0,
+                         note="chi_K* < 1: K^l converges exponentially and J^{l0,l} to a constant")
+    return Exponents(**base, regime="ordered" if chiJ < 1 else "chaotic", zeta_K=nan, zeta=nan,
+                     zeta_K_numeric=nan, zeta_numeric=nan, xi=xi,
+                     note="off criticality J^{l0,l} ~ exp(-l/xi): no power law")
+
+
+def _marginal(comp, sw, sb, W, T, K0, depth, base, xi, chiJ, c2, d1):
+    """Every nearby K is fixed (scale-invariant): nothing flows."""
+    nan = np.nan
+    L = depth or 2 ** 16
+    l, oK, oL, oX = _samples(comp, (sw * sw + sb * sb) if K0 is None else K0, T, W, T, L)
+    zn = _local_fit(l, -l * np.log(oX)) if np.all(oX > 0) else nan
+    dk = np.abs(oK - oK[0])
+    zkn = 0.0 if np.all(dk <= 1e-9 * max(1.0, abs(oK[0]))) else nan
+    # every K is a fixed point here: the one that matters is where the input sits
+    base = dict(base, K_star=float(oK[0]))
+    return Exponents(**base, regime="marginal", zeta_K=0.0, zeta=0.0 if abs(chiJ - 1) <= 1e-7 else nan,
+                     zeta_K_numeric=zkn, zeta_numeric=zn, c2=c2, d1=d1, xi=xi, depth=L, K0=float(oK[0]),
+                     note="F(K) = K near K*: K^l stays at its input value, J^{l0,l} constant "
+                          "(paper eq. 103)")
+
+
+def _at_critical_point(arch, comp, sw, sb, W, T, K0, depth, base, xi, K, chiJ, c2, c3, d1, pre_note):
+    """A critical point: the series exponents (paper appendix K) and their numeric check by
+    iterating from the side K* attracts."""
+    nan = np.nan
     if abs(c2) > 1e-12:
         n_lead = 2
         zK = 1.0
@@ -317,7 +353,7 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, critic
                          zeta_numeric=nan, c2=c2, d1=d1, xi=xi,
                          note=pre_note + "(K* attracts only from below but K >= 0: no input converges to it; "
                               "the scaling analysis does not apply, cf. paper appendix K.3)")
-    l, oK, oL, oX = _samples(comp, k0, Q0, W, T, L)
+    l, oK, oL, oX = _samples(comp, k0, T, W, T, L)
     dK = np.abs(oK - K)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = -np.gradient(np.log(dK), np.log(l))

@@ -13,6 +13,7 @@ as K^l -> inf.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +22,7 @@ from .._serialize import Result
 from ..calculus import Architecture
 from ._common import (DEFAULT_MAXITER, MAX_PROFILE_DEPTH, ST_INF, ST_NAN, ST_OK, ST_UNDEFINED, as_output, prepare,
                       raise_for_status, variances)
-from .._validate import broadcast_named, check_finite_array, check_int, check_nonnegative
+from .._validate import _as_float_array, broadcast_named, check_finite_array, check_int, check_nonnegative
 
 __all__ = ["KernelProfile", "KernelOverflowWarning", "kernel_profile", "fixed_point", "chi_J", "chi_K", "FixedPointState",
            "fixed_point_state"]
@@ -29,7 +30,12 @@ __all__ = ["KernelProfile", "KernelOverflowWarning", "kernel_profile", "fixed_po
 
 @dataclass(frozen=True, repr=False)
 class KernelProfile(Result):
-    """K^l, K12^l and chi_J^l = J^{l,l+1} for l = 1..depth (float64 arrays)."""
+    """K^l, K12^l and chi_J^l = J^{l,l+1} for l = 1..depth (float64 arrays; layer last).
+
+    One point: ``sigma_w``, ``sigma_b`` floats and arrays of shape (depth,).
+    Broadcast over points of shape S: ``sigma_w``, ``sigma_b`` (and ``mu``)
+    arrays of shape S, ``K``, ``K12``, ``chi_J`` of shape S + (depth,).
+    """
 
     architecture: Architecture
     sigma_w: float
@@ -38,13 +44,15 @@ class KernelProfile(Result):
     K: np.ndarray
     K12: np.ndarray | None  # None unless the architecture needs pairs (or pair=True)
     chi_J: np.ndarray
+    #: the residual strengths, when ``mu=`` was an array (shape of sigma_w); else None (arch.mu)
+    mu: np.ndarray | None = None
 
     @property
     def J(self) -> np.ndarray:
-        """J^{1,l} = prod_{l' < l} chi_J[l'] for l = 1..depth (J^{1,1} = 1)."""
+        """J^{1,l} = prod_{l' < l} chi_J[..., l'] for l = 1..depth (J^{1,1} = 1; layer last)."""
         out = np.ones_like(self.chi_J)
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            np.cumprod(self.chi_J[:-1], out=out[1:])
+            np.cumprod(self.chi_J[..., :-1], axis=-1, out=out[..., 1:])
         return out
 
 
@@ -103,74 +111,139 @@ def _initial(arch, K0, K12_0, W, T):
     return K0, K12_0, W, T
 
 
+def _residual_strengths(arch, arch_kwargs):
+    """Split an array ``mu=`` off the architecture keywords: (arch, arch_kwargs, mu array or None).
+
+    mu is a runtime argument of the compiled code, so one architecture (built
+    with mu = 1) serves every residual strength; the per-point values travel
+    as an array. With an Architecture or Network, ``mu=`` overrides its
+    residual strength (it must have a skip connection).
+    """
+    mu = arch_kwargs.get("mu")
+    if mu is None or np.ndim(mu) == 0:
+        return arch, arch_kwargs, None
+    mu = _as_float_array("mu", mu)
+    if not np.all(np.isfinite(mu) & (mu >= 0) & (mu <= 1)):
+        raise ValueError(f"mu must be in [0, 1] (the residual strength; finite), got {arch_kwargs['mu']!r}")
+    kw = {k: v for k, v in arch_kwargs.items() if k != "mu"}
+    if arch is None:
+        return None, dict(kw, mu=1.0), mu
+    from ..calculus import as_architecture
+
+    spec = as_architecture(arch, **kw)
+    if spec.mu is None:
+        raise ValueError(f"mu={arch_kwargs['mu']!r} given, but {spec} has no skip connection (mu is None); "
+                         "pass a residual architecture")
+    return spec.with_(mu=1.0), {}, mu
+
+
+def _nonneg_scalar(name, v):
+    """float(v) for a finite python/numpy real >= 0, else None (the array validators then say why)."""
+    if type(v) is float or type(v) is int or type(v) is np.float64:
+        x = float(v)
+        if 0.0 <= x < math.inf:
+            return x
+    return None
+
+
 def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K12_0=None,
                    pair=None, **arch_kwargs) -> KernelProfile:
-    """Iterate the infinite-width recursions through ``depth`` layers.
+    """Iterate the infinite-width recursions through ``depth`` layers, at one point or many.
 
     Parameters
     ----------
     arch : Architecture, optional
         Or the architecture keywords (``activation="erf", norm="ln_pre"``...).
-    sigma_w, sigma_b : float
+    sigma_w, sigma_b : float or array
         Weight and bias scales (>= 0).
     depth : int
         Number of layers l = 1..depth reported, at most 2^24 (three float64
-        arrays of that length: 400 MB).
-    K0 : float, optional
+        arrays of that length per point: 400 MB).
+    K0 : float or array, optional
         K^1; default sigma_w^2 + sigma_b^2 (a unit-norm input).
-    K12_0 : float, optional
+    K12_0 : float or array, optional
         K12^1 for the pair state; default ``arch.initial_pair_covariance``:
         sigma_b^2 for two orthogonal unit-norm inputs, 0 for two channels of a
         Mixer token.
     pair : bool, optional
         Also iterate K12 for architectures that do not need it (default: only
         when the architecture needs pairs: BatchNorm and the Mixer).
+    mu : float or array (keyword)
+        The residual strength; an array broadcasts like the scales (one
+        compiled module serves every mu).
+
+    ``sigma_w``, ``sigma_b``, ``K0``, ``K12_0`` and ``mu`` broadcast together
+    (numpy rules) into one compiled call; with a broadcast shape S the arrays
+    ``K``, ``K12``, ``chi_J`` have shape S + (depth,) (layer last), and
+    ``sigma_w``, ``sigma_b`` (and ``mu``) are arrays of shape S. Row by row
+    the numbers are exactly those of the one-point call.
 
     Returns
     -------
-    KernelProfile with ``K[l-1] = K^l``, ``chi_J[l-1] = J^{l,l+1}`` and
-    ``K12`` (or None), all float64 of length ``depth``. Where K^l exceeds the
-    float64 range (e.g. ReLU at sigma_w = 1e6 after ~25 layers) it is inf,
-    chi_J its K -> inf limit, and a :class:`KernelOverflowWarning` says from
-    which layer. A normalisation of a zero signal (K0 = 0, or sigma_w =
-    sigma_b = 0, with LayerNorm; identical inputs with BatchNorm) is a
-    ValueError: the map is 0/0 there.
+    KernelProfile with ``K[..., l-1] = K^l``, ``chi_J[..., l-1] = J^{l,l+1}``
+    and ``K12`` (or None), all float64. Where K^l exceeds the float64 range
+    (e.g. ReLU at sigma_w = 1e6 after ~25 layers) it is inf, chi_J its
+    K -> inf limit, and a :class:`KernelOverflowWarning` says from which
+    layer. A normalisation of a zero signal (K0 = 0, or sigma_w = sigma_b =
+    0, with LayerNorm; identical inputs with BatchNorm) is a ValueError: the
+    map is 0/0 there.
     """
+    arch, arch_kwargs, mu_arr = _residual_strengths(arch, arch_kwargs)
     arch, comp = prepare(arch, arch_kwargs)
     if sigma_w is None or sigma_b is None or depth is None:
         raise ValueError("kernel_profile needs sigma_w, sigma_b and depth")
-    for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
-        if np.ndim(v) != 0:
-            raise ValueError(f"{name} must be a scalar for kernel_profile, got an array of shape {np.shape(v)}")
-    depth = check_int("depth", depth, 1, MAX_PROFILE_DEPTH)
+    if not (type(depth) is int and 1 <= depth <= MAX_PROFILE_DEPTH):
+        depth = check_int("depth", depth, 1, MAX_PROFILE_DEPTH)
+    need_pair = comp.pair if pair is None else (bool(pair) or comp.pair)
+    if mu_arr is None and K12_0 is None and not need_pair:
+        # one point, the common case: plain floats, no numpy round trips (a few us)
+        sw, sb = _nonneg_scalar("sigma_w", sigma_w), _nonneg_scalar("sigma_b", sigma_b)
+        k0 = 0.0 if K0 is None else _nonneg_scalar("K0", K0)
+        if sw is not None and sb is not None and k0 is not None and sw < 1e154 and sb < 1e154:
+            W, T = sw * sw, sb * sb
+            if K0 is None:
+                k0 = W + T
+            if not (comp.normalises and k0 == 0.0):  # else: the 0/0 message of the general path
+                outK, outQ, outX = np.empty(depth), np.empty(depth), np.empty(depth)
+                if not comp.fast_call("profile", False, k0, 0.0, W, T, comp.mu, comp.eps, outK, outQ, outX):
+                    _check_profile(arch, comp, sw, sb, comp.mu, outK, outX)
+                return KernelProfile(arch, sw, sb, np.arange(1, depth + 1), outK, None, outX)
     sw, sb, W, T = variances(sigma_w, sigma_b)
     K0_given, Q_given = K0 is not None, K12_0 is not None
     K0, Q0, W, T = _initial(arch, K0, K12_0, W, T)
+    mu = np.asarray(comp.mu if mu_arr is None else mu_arr, dtype=np.float64)
+    K0, Q0, W, T, mu = broadcast_named(K0=K0, K12_0=Q0, sigma_w=W, sigma_b=T, mu=mu)
+    shape = W.shape
     bad, why = _undefined(arch, comp, K0, Q0, W, T, K0_given, Q_given)
     if bad is not None:
-        raise ValueError(why(0))
-    need_pair = comp.pair if pair is None else (bool(pair) or comp.pair)
-    outK = np.empty(int(depth))
-    outQ = np.empty(int(depth))
-    outX = np.empty(int(depth))
-    from .._kernels import profile
-
-    from ..numeric import quiet_numba
-    with quiet_numba():
-        profile(comp.fns, need_pair, float(K0), float(Q0) if need_pair else 0.0, float(W), float(T),
-                comp.mu, comp.eps, outK, outQ, outX)
-    _check_profile(arch, float(sw), float(sb), outK, outX)
-    return KernelProfile(arch, float(sw), float(sb), np.arange(1, int(depth) + 1), outK,
-                         outQ if need_pair else None, outX)
+        raise ValueError(why(int(np.flatnonzero(bad.ravel())[0])))
+    flat = [np.ascontiguousarray(a, dtype=np.float64).ravel() for a in (K0, Q0, W, T, mu)]
+    if not need_pair:
+        flat[1] = np.zeros_like(flat[1])
+    n = flat[0].size
+    outK, outQ, outX = np.empty((n, depth)), np.empty((n, depth)), np.empty((n, depth))
+    if comp.fast_call("profile_many", need_pair, *flat, comp.eps, outK, outQ, outX):
+        sw_f = np.broadcast_to(sw, shape).ravel()
+        sb_f = np.broadcast_to(sb, shape).ravel()
+        for i in np.flatnonzero(~(np.isfinite(outK).all(axis=1) & np.isfinite(outX).all(axis=1))):
+            _check_profile(arch, comp, float(sw_f[i]), float(sb_f[i]), float(flat[4][i]), outK[i], outX[i])
+    sw_out = np.broadcast_to(sw, shape).astype(np.float64)
+    sb_out = np.broadcast_to(sb, shape).astype(np.float64)
+    if shape == ():
+        sw_out, sb_out = float(sw_out), float(sb_out)
+    mu_out = None if mu_arr is None else np.broadcast_to(mu, shape).astype(np.float64)
+    return KernelProfile(arch, sw_out, sb_out, np.arange(1, depth + 1), outK.reshape(shape + (depth,)),
+                         outQ.reshape(shape + (depth,)) if need_pair else None, outX.reshape(shape + (depth,)),
+                         mu_out)
 
 
 class KernelOverflowWarning(RuntimeWarning):
     """K^l left the float64 range (> 1.8e308) in a depth profile: later layers are inf."""
 
 
-def _check_profile(arch, sw, sb, K, X):
+def _check_profile(arch, comp, sw, sb, mu, K, X):
     """A profile never hides a NaN: overflow of K^l is inf by construction (warned);
-    a NaN elsewhere is a ValueError that says where."""
+    a NaN elsewhere is a ValueError that says where. ``K``, ``X``: one point's rows (edited in place)."""
     bad = ~np.isfinite(K)
     nan_at = np.flatnonzero(np.isnan(X) | np.isnan(K))
     if bad.any() and np.isinf(K[np.flatnonzero(bad)[0]]) and not (nan_at.size and
@@ -183,11 +256,12 @@ def _check_profile(arch, sw, sb, K, X):
                       KernelOverflowWarning, stacklevel=3)
         # chi_J at K = inf: the limit along the growth, evaluated far along it
         from .. import _fnindex as KN
-        from .._kernels import _KINF
-        from ..numeric import compiled
-        from .lines import _expr
+        from .._fnindex import KINF as _KINF
 
-        X[f:] = float(_expr(compiled(arch), KN.CHI_J, _KINF, sw * sw, sb * sb)[0])
+        out = np.empty(1)
+        comp.call("expr_grid", KN.CHI_J, np.array([_KINF]), np.zeros(1), np.array([sw * sw]), np.array([sb * sb]),
+                  mu, comp.eps, out)
+        X[f:] = float(out[0])
         K[f:] = np.inf
     if np.isnan(X).any() or np.isnan(K).any():
         i = int(np.flatnonzero(np.isnan(X) | np.isnan(K))[0])
@@ -227,11 +301,18 @@ class FixedPointState(Result):
 
 def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None, maxiter=DEFAULT_MAXITER,
                       errors="raise", **arch_kwargs) -> FixedPointState:
-    """Fixed point reached from K0 (default: the unit-norm input), with chi_J*, chi_K* there."""
+    """Fixed point reached from K0 (default: the unit-norm input), with chi_J*, chi_K* there.
+
+    ``sigma_w``, ``sigma_b``, ``K0``, ``K12_0`` and an array ``mu=`` (the
+    residual strength) broadcast together into one compiled call.
+    """
+    arch, arch_kwargs, mu_arr = _residual_strengths(arch, arch_kwargs)
     arch, comp = prepare(arch, arch_kwargs)
     sw, sb, W, T = variances(sigma_w, sigma_b)
     K0_given, Q_given = K0 is not None, K12_0 is not None
     K0, Q0, W, T = _initial(arch, K0, K12_0, W, T)
+    mu = np.asarray(comp.mu if mu_arr is None else mu_arr, dtype=np.float64)
+    K0, Q0, W, T, mu = broadcast_named(K0=K0, K12_0=Q0, sigma_w=W, sigma_b=T, mu=mu)
     sw, sb = np.broadcast_to(sw, W.shape), np.broadcast_to(sb, W.shape)
     maxiter = check_int("maxiter", maxiter, 1)
     if errors not in ("raise", "nan"):
@@ -239,11 +320,11 @@ def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None
     undef, why = _undefined(arch, comp, K0, Q0, W, T, K0_given, Q_given)
     if undef is not None and errors == "raise":
         raise ValueError(why(int(np.flatnonzero(undef.ravel())[0])))
-    flat = [np.ascontiguousarray(a, dtype=np.float64).ravel() for a in (K0, Q0, W, T)]
+    flat = [np.ascontiguousarray(a, dtype=np.float64).ravel() for a in (K0, Q0, W, T, mu)]
     n = flat[0].size
     outK, outQ, outX, outC = (np.empty(n) for _ in range(4))
     outS = np.empty(n, dtype=np.int64)
-    comp.call("fixed_point_many", *flat, comp.mu, comp.eps, int(maxiter), outK, outQ, outS, outX, outC)
+    comp.fast_call("fixed_point_many", comp.pair, *flat, comp.eps, int(maxiter), outK, outQ, outS, outX, outC)
     # a fixed point reached whose factors are NaN: 0/0 where K* = 0 enters a normalisation
     # (a ValueError: the map is undefined there); otherwise a failure of the compiled
     # expressions (status NaN: ConvergenceError below, or NaN with errors='nan')
@@ -263,13 +344,14 @@ def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None
     lost = (outS == ST_INF) & np.isnan(outC)
     if lost.any():
         from .. import _fnindex as KN
-        from .._kernels import _KINF
+        from .._fnindex import KINF as _KINF
         from .lines import _expr
 
-        Wl, Tl = flat[2][lost], flat[3][lost]
-        F1 = _expr(comp, KN.KERNEL, _KINF, Wl, Tl)
-        F2 = _expr(comp, KN.KERNEL, 2 * _KINF, Wl, Tl)
-        outC[lost] = (F2 - F1) / _KINF
+        for i in np.flatnonzero(lost):  # per point: mu may differ
+            c = comp if mu_arr is None else comp.with_mu(float(flat[4][i]))
+            F1 = _expr(c, KN.KERNEL, _KINF, flat[2][i], flat[3][i])
+            F2 = _expr(c, KN.KERNEL, 2 * _KINF, flat[2][i], flat[3][i])
+            outC[i] = float((F2 - F1)[0] / _KINF)
     bad = raise_for_status("fixed_point", arch, outS, sw, sb, errors) | (outS == ST_UNDEFINED)
     for a in (outK, outQ, outX, outC):
         a[bad] = np.nan

@@ -154,42 +154,12 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
     vals = check_nonnegative(name, sigma_w if name == "sigma_w" else sigma_b)
     shape = vals.shape
     flat = vals.ravel()
-    nan = np.full(flat.shape, np.nan)
     if regime != "none":
-        sw = flat if name == "sigma_w" else nan
-        sb = flat if name == "sigma_b" else nan
-        return CriticalLine(arch, sw.reshape(shape), sb.reshape(shape), np.full(shape, np.inf),
-                            np.full(shape, np.nan), np.zeros(shape, bool), "sigma_b" if name == "sigma_w"
-                            else "sigma_w", regime == "everywhere_critical",
-                            _NOTE_EVERYWHERE if regime == "everywhere_critical" else _NOTE_SUB)
+        return _line_off_regime(arch, name, flat, shape, regime)
     mode = 0 if name == "sigma_w" else 1
     order = np.argsort(flat, kind="stable")
     fixed = np.ascontiguousarray(flat[order] ** 2)
-    outv, outK = np.empty(fixed.size), np.empty(fixed.size)
-    outS = np.empty(fixed.size, dtype=np.int64)
-    outR = np.ones(fixed.size, dtype=np.int64)
-    table = _line_table(arch) if (mode == 0 and not comp.pair) else None
-    if table is not None:
-        comp.call("line_from_table", fixed, *table, comp.mu, comp.eps, outv, outK, outS, outR)
-        # where the line may continue beyond the table's last K*: the direct
-        # scan over sigma_b. W(K) either keeps moving there (erf: W ~ sqrt K)
-        # or has converged (GELU: W -> 2, ReLU: W = 2), when only W next to
-        # its limit can be left.
-        Wt = table[1][table[3] == ST_OK]
-        w_end, w_dec = Wt[-1], Wt[-1] - Wt[-101]
-        if abs(w_dec) <= 1e-3 * abs(w_end):
-            beyond = np.abs(fixed - w_end) <= 1e-3 * abs(w_end)
-        else:
-            beyond = (fixed - w_end) * w_dec > 0
-        out = ((outS != ST_OK) | (outR == 0)) & beyond
-        if out.any():
-            idx = np.flatnonzero(out)
-            v, k, st = np.empty(idx.size), np.empty(idx.size), np.empty(idx.size, dtype=np.int64)
-            comp.call("critical_line_many", 0, np.ascontiguousarray(fixed[idx]), comp.mu, comp.eps, v, k, st)
-            hit = st == ST_OK     # a reached crossing beats an unreached table candidate
-            outv[idx[hit]], outK[idx[hit]], outS[idx[hit]], outR[idx[hit]] = v[hit], k[hit], st[hit], 1
-    else:
-        comp.call("critical_line_many", mode, fixed, comp.mu, comp.eps, outv, outK, outS)
+    outv, outK, outS, outR, table = _line_solve_sorted(arch, comp, mode, fixed)
     solved = np.full(flat.size, np.nan)
     ok = outS == ST_OK
     solved[order[ok]] = np.sqrt(np.maximum(outv[ok], 0.0))
@@ -201,9 +171,66 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
         sw, sb = flat, solved
     else:
         sw, sb = solved, flat
+    K, chiK, good, un = _line_fixed_points(arch, comp, sw, sb, reach, Kun)
+    notes = _line_notes(name, table is not None, good, un)
+    return CriticalLine(arch, sw.reshape(shape), sb.reshape(shape), K.reshape(shape), chiK.reshape(shape),
+                        reach.reshape(shape), "sigma_b" if mode == 0 else "sigma_w", note="; ".join(notes))
+
+
+def _line_off_regime(arch, name, flat, shape, regime):
+    """The answer where K^l diverges everywhere (everywhere critical or subcritical): no line."""
+    nan = np.full(flat.shape, np.nan)
+    sw = flat if name == "sigma_w" else nan
+    sb = flat if name == "sigma_b" else nan
+    return CriticalLine(arch, sw.reshape(shape), sb.reshape(shape), np.full(shape, np.inf),
+                        np.full(shape, np.nan), np.zeros(shape, bool), "sigma_b" if name == "sigma_w"
+                        else "sigma_w", regime == "everywhere_critical",
+                        _NOTE_EVERYWHERE if regime == "everywhere_critical" else _NOTE_SUB)
+
+
+def _line_solve_sorted(arch, comp, mode, fixed):
+    """The line at the sorted squared scales ``fixed`` (W for mode 0, T for mode 1).
+
+    Returns (v, K*, status, reached, table): v the other variance, reached 1
+    where the unit-norm input reaches the critical fixed point; ``table`` the
+    parametric table used (mode 0, one-input states) or None (direct scan).
+    """
+    outv, outK = np.empty(fixed.size), np.empty(fixed.size)
+    outS = np.empty(fixed.size, dtype=np.int64)
+    outR = np.ones(fixed.size, dtype=np.int64)
+    table = _line_table(arch) if (mode == 0 and not comp.pair) else None
+    if table is not None:
+        comp.call("line_from_table", fixed, *table, comp.mu, comp.eps, outv, outK, outS, outR)
+        _line_beyond_table(comp, fixed, table, outv, outK, outS, outR)
+    else:
+        comp.call("critical_line_many", mode, fixed, comp.mu, comp.eps, outv, outK, outS)
+    return outv, outK, outS, outR, table
+
+
+def _line_beyond_table(comp, fixed, table, outv, outK, outS, outR):
+    """Where the line may continue beyond the table's last K*: the direct scan over sigma_b
+    (in place). W(K) either keeps moving there (erf: W ~ sqrt K) or has converged (GELU:
+    W -> 2, ReLU: W = 2), when only W next to its limit can be left."""
+    Wt = table[1][table[3] == ST_OK]
+    w_end, w_dec = Wt[-1], Wt[-1] - Wt[-101]
+    if abs(w_dec) <= 1e-3 * abs(w_end):
+        beyond = np.abs(fixed - w_end) <= 1e-3 * abs(w_end)
+    else:
+        beyond = (fixed - w_end) * w_dec > 0
+    out = ((outS != ST_OK) | (outR == 0)) & beyond
+    if out.any():
+        idx = np.flatnonzero(out)
+        v, k, st = np.empty(idx.size), np.empty(idx.size), np.empty(idx.size, dtype=np.int64)
+        comp.call("critical_line_many", 0, np.ascontiguousarray(fixed[idx]), comp.mu, comp.eps, v, k, st)
+        hit = st == ST_OK     # a reached crossing beats an unreached table candidate
+        outv[idx[hit]], outK[idx[hit]], outS[idx[hit]], outR[idx[hit]] = v[hit], k[hit], st[hit], 1
+
+
+def _line_fixed_points(arch, comp, sw, sb, reach, Kun):
+    """K* and chi_K* on the line: the reached fixed point, or (unreached) the critical one."""
     good = np.isfinite(sw) & np.isfinite(sb)
-    K = np.full(flat.size, np.nan)
-    chiK = np.full(flat.size, np.nan)
+    K = np.full(sw.size, np.nan)
+    chiK = np.full(sw.size, np.nan)
     if np.any(good & reach):
         g = good & reach
         st = fixed_point_state(arch, sw[g], sb[g], errors="nan")
@@ -214,19 +241,22 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
         # an unreached point: K* is the fixed point on the line, not where the input goes
         K[un] = Kun[un]
         chiK[un] = _expr(comp, KN.CHI_K, K[un], sw[un] ** 2, sb[un] ** 2)
+    return K, chiK, good, un
+
+
+def _line_notes(name, from_table, good, un):
     notes = []
     if np.any(un):
         notes.append("reached=False: (sigma_w, sigma_b) has a fixed point K* with chi_J(K*) = 1 (F(K*) = K*), but "
                      "the unit-norm input converges elsewhere (K* unstable, chi_K > 1, or in another basin), so "
                      "no line is reached there")
     if np.any(~good):
-        if table is not None:
+        if from_table:
             notes.append("NaN: no sigma_b >= 0 has a fixed point with chi_J* = 1 at that sigma_w")
         else:
             notes.append(f"NaN: no critical point reached by the unit-norm input at that {name} (this form "
                          "follows the reached fixed point; K_star= gives unstable branches too)")
-    return CriticalLine(arch, sw.reshape(shape), sb.reshape(shape), K.reshape(shape), chiK.reshape(shape),
-                        reach.reshape(shape), "sigma_b" if mode == 0 else "sigma_w", note="; ".join(notes))
+    return notes
 
 
 @lru_cache(maxsize=64)
@@ -371,15 +401,11 @@ def fixed_points(arch=None, sigma_w=None, sigma_b=None, K_max=1e10, _known=(), *
     n = comp.call("roots_scan", grid, 0.0, W, T, comp.mu, comp.eps, out)
     roots = list(out[:n])
     # tangent roots: |g| dips towards zero without a sign change
-    from .._kernels import _min_dg
-    from ..numeric import quiet_numba
-
     a = np.abs(g)
     for i in range(1, grid.size - 1):
         if a[i] < a[i - 1] and a[i] <= a[i + 1] and np.sign(g[i - 1]) == np.sign(g[i]) == np.sign(g[i + 1]) != 0:
             s = float(np.sign(g[i]))
-            with quiet_numba():
-                xm, fm = _min_dg(comp.fns, grid[i - 1], grid[i + 1], s, 0.0, W, T, comp.mu, comp.eps)
+            xm, fm = comp.call("_min_dg", float(grid[i - 1]), float(grid[i + 1]), s, 0.0, W, T, comp.mu, comp.eps)
             if fm <= 16 * np.finfo(float).eps * max(1.0, xm) and not any(abs(xm - r) <= 1e-9 * max(1, r) for r in roots):
                 # a tangent root is only located to ~sqrt(eps): prefer a known exact one
                 near = [k for k in _known if abs(k - xm) <= 1e-5 * max(1.0, abs(k))]
@@ -568,6 +594,20 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
         return CriticalPoints(arch, (), False,
                               "pair-state (BatchNorm) blocks: the normalised state is fixed after one block "
                               "(mu < 1 contracts with rate mu^2), so chi_K* < 1: no critical point")
+    points = []
+    for K, Wc, Tc in _critical_candidates(comp, K_max):
+        if not (Tc >= -1e-14 and Wc >= 0):
+            continue
+        points.append(_critical_point_at(arch, comp, K, Wc, Tc))
+    note = "" if points else "no point with chi_J* = chi_K* = 1"
+    if regime == "subcritical":
+        note = (note + "; " if note else "") + _NOTE_SUB
+    return CriticalPoints(arch, tuple(points), False, note)
+
+
+def _critical_candidates(comp, K_max):
+    """(K*, W, T) where chi_K - 1 changes sign along the parametric line (K* NaN: the whole
+    line is one point of fixed points, scale-invariant maps)."""
     Ks = np.concatenate([[0.0], np.logspace(-8, np.log10(K_max), 641)])
     outW, outT = np.empty(Ks.size), np.empty(Ks.size)
     outS = np.empty(Ks.size, dtype=np.int64)
@@ -586,55 +626,52 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
         if (np.allclose(W[ok], Wm, rtol=1e-9, atol=1e-12)
                 and np.all(np.abs(T[ok]) <= 1e-9 * np.maximum(1.0, Ks[ok]))):
             found.append((np.nan, Wm, 0.0))
+        return found
+    if ok[0] and abs(c[0]) <= 1e-12:
+        found.append((0.0, W[0], T[0]))
+    from ._common import brentq  # scipy's algorithm without importing scipy.optimize
+
+    def cfun(K):
+        outw, outt, outs = np.empty(1), np.empty(1), np.empty(1, dtype=np.int64)
+        comp.call("parametric_many", np.array([K]), comp.mu, comp.eps, outw, outt, outs)
+        if outs[0] != ST_OK:
+            return np.nan
+        return float(_expr(comp, KN.CHI_K, K, outw[0], outt[0])[0]) - 1.0
+
+    for i in range(1, Ks.size):
+        if ok[i] and ok[i - 1] and c[i] != 0 and c[i - 1] != 0 and np.sign(c[i]) != np.sign(c[i - 1]):
+            try:
+                Kc = brentq(cfun, Ks[i - 1], Ks[i], xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=200)
+            except ValueError:   # the parametric solve failed inside the bracket (NaN)
+                continue
+            K1, W1, T1, conv = comp.call("newton_point", Kc, W[i], T[i], comp.mu, comp.eps)
+            if conv:
+                found.append((K1, W1, T1))
+        elif ok[i] and c[i] == 0 and i > 0:
+            found.append((Ks[i], W[i], T[i]))
+    return found
+
+
+def _critical_point_at(arch, comp, K, Wc, Tc) -> "CriticalPoint":
+    """The CriticalPoint record at (K*, W, T): factors, series coefficients, stability, basins."""
+    sw, sb = float(np.sqrt(Wc)), float(np.sqrt(max(Tc, 0.0)))
+    if np.isnan(K):  # marginal: a line of fixed points
+        K = Wc + max(Tc, 0.0)
+        c2 = c3 = d1 = 0.0
+        stab = "marginal"
+        note = ("every K is a fixed point here (F(K) = K): K* is the input's own K^1, "
+                "sigma_w^2 + sigma_b^2 for the unit-norm input")
+        fps = ()
+        unit_K = K
     else:
-        if ok[0] and abs(c[0]) <= 1e-12:
-            found.append((0.0, W[0], T[0]))
-        from scipy.optimize import brentq
-
-        def cfun(K):
-            outw, outt, outs = np.empty(1), np.empty(1), np.empty(1, dtype=np.int64)
-            comp.call("parametric_many", np.array([K]), comp.mu, comp.eps, outw, outt, outs)
-            if outs[0] != ST_OK:
-                return np.nan
-            return float(_expr(comp, KN.CHI_K, K, outw[0], outt[0])[0]) - 1.0
-
-        for i in range(1, Ks.size):
-            if ok[i] and ok[i - 1] and c[i] != 0 and c[i - 1] != 0 and np.sign(c[i]) != np.sign(c[i - 1]):
-                try:
-                    Kc = brentq(cfun, Ks[i - 1], Ks[i], xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=200)
-                except ValueError:   # the parametric solve failed inside the bracket (NaN)
-                    continue
-                K1, W1, T1, conv = comp.call("newton_point", Kc, W[i], T[i], comp.mu, comp.eps)
-                if conv:
-                    found.append((K1, W1, T1))
-            elif ok[i] and c[i] == 0 and i > 0:
-                found.append((Ks[i], W[i], T[i]))
-    points = []
-    for K, Wc, Tc in found:
-        if not (Tc >= -1e-14 and Wc >= 0):
-            continue
-        sw, sb = float(np.sqrt(Wc)), float(np.sqrt(max(Tc, 0.0)))
-        if np.isnan(K):  # marginal: a line of fixed points
-            K = Wc + max(Tc, 0.0)
-            c2 = c3 = d1 = 0.0
-            stab = "marginal"
-            note = ("every K is a fixed point here (F(K) = K): K* is the input's own K^1, "
-                    "sigma_w^2 + sigma_b^2 for the unit-norm input")
-            fps = ()
-            unit_K = K
-        else:
-            c2, c3, d1 = _series(arch, K, sw, sb)
-            stab = _stability_from_series(c2, c3, K)
-            note = ""
-            fps = tuple(fixed_points(arch, sw, sb, _known=(K,)))
-            unit_K = float(fixed_point_state(arch, sw, sb, errors="nan").K)
-        chiJ = float(_expr(comp, KN.CHI_J, K, Wc, max(Tc, 0.0))[0])
-        chiK = float(_expr(comp, KN.CHI_K, K, Wc, max(Tc, 0.0))[0])
-        points.append(CriticalPoint(sw, sb, float(K), chiJ, chiK, stab, c2, c3, d1, fps, unit_K, note))
-    note = "" if points else "no point with chi_J* = chi_K* = 1"
-    if regime == "subcritical":
-        note = (note + "; " if note else "") + _NOTE_SUB
-    return CriticalPoints(arch, tuple(points), False, note)
+        c2, c3, d1 = _series(arch, K, sw, sb)
+        stab = _stability_from_series(c2, c3, K)
+        note = ""
+        fps = tuple(fixed_points(arch, sw, sb, _known=(K,)))
+        unit_K = float(fixed_point_state(arch, sw, sb, errors="nan").K)
+    chiJ = float(_expr(comp, KN.CHI_J, K, Wc, max(Tc, 0.0))[0])
+    chiK = float(_expr(comp, KN.CHI_K, K, Wc, max(Tc, 0.0))[0])
+    return CriticalPoint(sw, sb, float(K), chiJ, chiK, stab, c2, c3, d1, fps, unit_K, note)
 
 
 def _stability_from_series(c2, c3, K):

@@ -1,0 +1,117 @@
+"""The two engines of meanfield.numeric (issue 13: a first answer without compiling): the
+generated expressions and the solver kernels run by numba, and the same sources run by CPython.
+Both must give the same numbers (1e-13 relative), and the switch between them must be
+invisible to the user."""
+import subprocess
+import sys
+import os
+
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield import numeric
+
+
+def _both(monkeypatch, fn):
+    """fn() evaluated with each engine forced (same process, same compiled objects)."""
+    out = {}
+    for engine in ("python", "numba"):
+        monkeypatch.setattr(numeric, "_ENGINE_FORCED", engine)
+        out[engine] = fn()
+    monkeypatch.setattr(numeric, "_ENGINE_FORCED", "")
+    return out["python"], out["numba"]
+
+
+def _close(a, b, rtol=1e-13):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    assert a.shape == b.shape
+    assert np.array_equal(np.isnan(a), np.isnan(b))
+    fin = np.isfinite(a) & np.isfinite(b)
+    assert np.array_equal(np.isinf(a), np.isinf(b))
+    np.testing.assert_allclose(a[fin], b[fin], rtol=rtol, atol=1e-300)
+
+
+ARCHS = [dict(activation="erf"), dict(activation="gelu"), dict(activation="relu", norm="bn"),
+         dict(activation="tanh", norm="ln_pre", mu=0.7), dict(activation="softplus")]
+
+
+@pytest.mark.parametrize("kw", ARCHS, ids=lambda kw: "-".join(str(v) for v in kw.values()))
+def test_profile_and_fixed_point_agree(monkeypatch, kw):
+    sw = np.array([0.7, 1.2, 1.9])[:, None]
+    sb = np.array([0.05, 0.3])
+    p, n = _both(monkeypatch, lambda: mf.kernel_profile(sigma_w=sw, sigma_b=sb, depth=30, **kw))
+    _close(p.K, n.K)
+    _close(p.chi_J, n.chi_J)
+    if n.K12 is not None:
+        _close(p.K12, n.K12)
+    p, n = _both(monkeypatch, lambda: mf.fixed_point_state(sigma_w=sw, sigma_b=sb, errors="nan", **kw))
+    for f in ("K", "chi_J", "chi_K"):
+        _close(getattr(p, f), getattr(n, f))
+    assert np.array_equal(p.status, n.status)
+
+
+@pytest.mark.parametrize("kw", [dict(activation="erf"), dict(activation="gelu")], ids=["erf", "gelu"])
+def test_critical_point_and_line_agree(monkeypatch, kw):
+    p, n = _both(monkeypatch, lambda: mf.critical_point(**kw))
+    assert len(p) == len(n) >= 1
+    for a, b in zip(p, n):
+        _close([a.sigma_w, a.sigma_b, a.K_star, a.chi_J, a.chi_K], [b.sigma_w, b.sigma_b, b.K_star, b.chi_J, b.chi_K])
+        assert a.stability == b.stability
+    sw = np.linspace(1.0, 2.5, 4)
+    p, n = _both(monkeypatch, lambda: mf.critical_line(sigma_w=sw, **kw))
+    _close(p.sigma_b, n.sigma_b)
+    _close(p.K_star, n.K_star)
+
+
+def test_ieee_math_matches_numbas_error_model():
+    m = numeric._IEEE_MATH
+    assert m.exp(1e4) == np.inf and m.log(0.0) == -np.inf and np.isnan(m.log(-1.0))
+    assert np.isnan(m.sqrt(-1.0)) and m.log1p(-1.0) == -np.inf and m.sinh(-1e4) == -np.inf
+    assert m.exp(0.5) == np.exp(0.5) or abs(m.exp(0.5) - np.exp(0.5)) <= 2e-16
+
+
+def test_brentq_is_scipys():
+    from scipy.optimize import brentq as scipy_brentq
+
+    from meanfield.solvers._common import brentq
+
+    for f, a, b in [(lambda x: x ** 3 - 2 * x - 5, 2, 3), (lambda x: np.cos(x) - x, 0, 1),
+                    (lambda x: np.tanh(50 * (x - 0.3)), 0, 1), (lambda x: (x - 1e-9) * (1 + x * x), 0, 1)]:
+        kw = dict(xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=200)
+        assert brentq(f, a, b, **kw) == scipy_brentq(f, a, b, **kw)
+    with pytest.raises(ValueError):
+        brentq(lambda x: x * x + 1, -1, 1)
+
+
+def test_small_first_call_does_not_import_numba(tmp_path):
+    """A fresh process answers a small request without numba (and without scipy.optimize)."""
+    code = ("import sys, meanfield as mf\n"
+            "r = mf.kernel_profile(activation='erf', sigma_w=1.2, sigma_b=0.1, depth=50)\n"
+            "c = mf.critical_point(activation='erf')\n"
+            "print('numba' in sys.modules, 'scipy.optimize' in sys.modules, repr(float(r.K[-1])), "
+            "repr(c[0].sigma_w))\n")
+    env = dict(os.environ, MEANFIELD_CACHE_DIR=str(tmp_path))
+    env.pop("MEANFIELD_ENGINE", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    numba_loaded, scipy_loaded, K50, sw = out.stdout.split()
+    assert numba_loaded == "False" and scipy_loaded == "False"
+    ref = mf.kernel_profile(activation="erf", sigma_w=1.2, sigma_b=0.1, depth=50).K[-1]
+    assert float(K50) == pytest.approx(ref, rel=1e-13)
+    # erf's critical point at K* = 0: sigma_w^2 E[phi'(0)^2] = 1 gives sigma_w = sqrt(pi)/2 (independent)
+    assert float(sw) == pytest.approx(np.sqrt(np.pi) / 2, rel=1e-12)
+
+
+def test_cli_theory_command_imports_neither_torch_nor_numba(tmp_path):
+    """`meanfield critical-point` builds its parser without torch and answers erf without numba."""
+    code = ("import sys\nsys.argv = ['meanfield', 'critical-point', '--activation', 'erf']\n"
+            "from meanfield import cli\n"
+            "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, 'numba' in sys.modules)\n")
+    env = dict(os.environ, MEANFIELD_CACHE_DIR=str(tmp_path))
+    env.pop("MEANFIELD_ENGINE", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "sigma_w = 0.8862269255" in out.stdout  # sqrt(pi)/2
+    assert out.stdout.split()[-2:] == ["False", "False"]
