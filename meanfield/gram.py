@@ -87,9 +87,14 @@ Numerics
 Correlations are clipped to [-1, 1] before arccos/arcsin and the square roots
 of variances that vanish at correlation 1 (sqrt(K1 K2 - K12^2)) to >= 0, so
 nothing is NaN at or near correlation 1; the arc-cosine form loses accuracy
-there (an absolute error ~ 1e-16 / sin(theta) in theta, ~1e-10 relative at
-1 - rho = 1e-12). A non-finite result (a kernel beyond float64, a zero
-signal normalised) is a ValueError.
+there in theory (an error ~ 1e-16 / sin(theta) in theta), but the arc-cosine
+kernel is flat in theta at theta = 0, so the results agree with 40-digit
+mpmath to 1e-15 even at 1 - rho = 1e-12 (tests/test_gram.py). Two-point forms
+that divide by a Gram determinant (GELU: (1 + K1)(1 + K2) - K12^2) cancel
+catastrophically for near-parallel inputs once the kernel exceeds ~1e8
+(eps K^2 > 1 + K1 + K2); such a result breaks Cauchy-Schwarz and is refused
+(ValueError) rather than returned. A non-finite result (a kernel beyond
+float64, a zero signal normalised) is a ValueError too.
 """
 from __future__ import annotations
 
@@ -312,6 +317,15 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     if bad:
         raise ValueError(f"the {bad[0]} kernel is not finite at depth {depth} for sigma_w={sw:g}, "
                          f"sigma_b={sb:g} (beyond float64, or a normalisation of a zero signal)")
+    # a two-point form that divides by a Gram determinant (GELU's (1+K1)(1+K2) - K12^2) loses float64
+    # precision for near-parallel inputs once K^2 eps exceeds 1 + K1 + K2 (K >~ 1e8): refuse rather than
+    # return numbers that break Cauchy-Schwarz
+    with np.errstate(all="ignore"):
+        for name, M, da_, db_ in (("nngp", C, Ka, Kb), ("ntk", T, Ta, Tb)) if want_ntk else (("nngp", C, Ka, Kb),):
+            if np.any(np.abs(M) > np.sqrt(da_)[:, None] * np.sqrt(db_)[None, :] * (1 + 1e-8)):
+                raise ValueError(f"the {name} Gram matrix lost float64 precision at depth {depth} for "
+                                 f"sigma_w={sw:g}, sigma_b={sb:g} (kernels ~{np.max(np.abs(da_)):.1e} with "
+                                 "near-parallel inputs); see meanfield.gram, Numerics")
     return Kernels(spec, sw, sb, depth, parameterization, float(width) if width is not None else None,
                    C if "nngp" in get else None, T if want_ntk else None,
                    np.array(diag) if per_layer else None)
