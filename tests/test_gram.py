@@ -279,3 +279,28 @@ def test_monte_carlo_deep_wide(key, sw, sb):
     r = kernels(ARCHS[key], x, **kw)
     assert np.all(_agree(e.nngp, r.nngp, e.nngp_se, 0.0))
     assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * 20 / 512))
+
+
+# ---------------------------------------------------------------------------
+# Command line.
+# ---------------------------------------------------------------------------
+def test_cli(tmp_path):
+    from meanfield.cli import main
+
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal((5, 4)), rng.standard_normal((2, 4))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    out = tmp_path / "k.npz"
+    rc = main(["kernels", "--inputs", str(tmp_path / "x.npy"), "--inputs2", str(tmp_path / "y.npy"),
+               "--depth", "6", "--activation", "erf", "--norm", "ln_pre", "--sigma-w", "1.5", "--sigma-b", "0.1",
+               "--out", str(out)])
+    assert rc == 0
+    r = Kernels.load(out)
+    ref = kernels(mf.Architecture("erf", norm="ln_pre"), x, y, depth=6, sigma_w=1.5, sigma_b=0.1)
+    np.testing.assert_array_equal(r.nngp, ref.nngp)
+    np.testing.assert_array_equal(r.ntk, ref.ntk)
+    assert main(["kernels", "--inputs", str(tmp_path / "x.npy"), "--depth", "3", "--sigma-w", "1", "--sigma-b",
+                 "0", "--parameterization", "standard", "--out", str(out)]) == 2
+    assert main(["kernels", "--inputs", str(tmp_path / "nope.npy"), "--depth", "3", "--sigma-w", "1",
+                 "--sigma-b", "0", "--out", str(out)]) == 2
