@@ -94,7 +94,11 @@ that divide by a Gram determinant (GELU: (1 + K1)(1 + K2) - K12^2) cancel
 catastrophically for near-parallel inputs once the kernel exceeds ~1e8
 (eps K^2 > 1 + K1 + K2); such a result breaks Cauchy-Schwarz and is refused
 (ValueError) rather than returned. A non-finite result (a kernel beyond
-float64, a zero signal normalised) is a ValueError too.
+float64, a zero signal normalised) is a ValueError too. Identical inputs
+(the diagonal, repeated rows) are pinned to the diagonal map at every layer:
+in the chaotic phase correlation 1 is an unstable fixed point, and a
+rounding difference of 1e-16 would otherwise grow by chi_c per layer to an
+O(1) error.
 """
 from __future__ import annotations
 
@@ -297,6 +301,17 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         T, Ta, Tb = C.copy(), Ka.copy(), Kb.copy()
     else:
         T, Ta, Tb = dot + 1.0, da + 1.0, db + 1.0
+    # identical inputs have correlation exactly 1 at every depth; in the chaotic phase that fixed point is
+    # unstable, so a rounding difference between C[a, b] and the diagonal map would grow to O(1): pin them
+    _, ids = np.unique(np.vstack([a, b]), axis=0, return_inverse=True)
+    ids = ids.ravel()
+    twin = ids[:a.shape[0], None] == ids[None, a.shape[0]:]
+    twin = twin if twin.any() else None
+
+    def pin(M, Ma):
+        return M if twin is None else np.where(twin, Ma[:, None], M)
+
+    C, T = pin(C, Ka), pin(T, Ta)
     diag = [Ka.copy()] if per_layer else None
     zero_T = np.zeros(())
     with np.errstate(all="ignore"):
@@ -304,13 +319,13 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
             outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, sw, sb, n_width)
             da_out = f(Ka, Ka, Ka, Ta if want_ntk else zero_T, sw, sb, n_width)
             db_out = da_out if same else f(Kb, Kb, Kb, Tb if want_ntk else zero_T, sw, sb, n_width)
-            C = np.broadcast_to(outs[0], C.shape).astype(np.float64)
             Ka = np.broadcast_to(da_out[0], Ka.shape).astype(np.float64)
             Kb = np.broadcast_to(db_out[0], Kb.shape).astype(np.float64)
+            C = pin(np.broadcast_to(outs[0], C.shape).astype(np.float64), Ka)
             if want_ntk:
-                T = np.broadcast_to(outs[1], C.shape).astype(np.float64)
                 Ta = np.broadcast_to(da_out[1], Ka.shape).astype(np.float64)
                 Tb = np.broadcast_to(db_out[1], Kb.shape).astype(np.float64)
+                T = pin(np.broadcast_to(outs[1], C.shape).astype(np.float64), Ta)
             if per_layer:
                 diag.append(Ka.copy())
     bad = [name for name, v in (("nngp", C), ("ntk", T if want_ntk else C)) if not np.all(np.isfinite(v))]

@@ -191,6 +191,19 @@ def test_precision_loss_is_refused():
         kernels("gelu", x, depth=40, sigma_w=3.0, sigma_b=0.5)
 
 
+def test_identical_inputs_stay_correlated_in_chaos():
+    # chaotic erf / GELU+ln_post: correlation 1 is unstable, yet identical inputs must keep K(x, x) = K^l(x)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((30, 8)) * rng.uniform(0.1, 3, size=(30, 1))
+    x[5] = x[3]
+    for arch, sw in ((mf.Architecture("erf"), 3.0), (mf.Architecture("gelu", norm="ln_post"), 1.5)):
+        r = kernels(arch, x, x[:4], depth=80, sigma_w=sw, sigma_b=0.1, per_layer=True)
+        np.testing.assert_array_equal(r.nngp[[0, 1, 2, 3, 5], [0, 1, 2, 3, 3]], r.nngp_diag[-1][[0, 1, 2, 3, 5]])
+        full = kernels(arch, x, depth=80, sigma_w=sw, sigma_b=0.1)
+        np.testing.assert_array_equal(np.diag(full.ntk)[:4], np.diag(r.ntk[:4]))
+        assert full.ntk[3, 5] == full.ntk[3, 3]
+
+
 def test_relu_parallel_inputs_exact():
     # parallel inputs, sigma_b = 0: ReLU is positively homogeneous, so K(x, 2x) = 2 K(x, x) at every depth
     x = np.array([[0.3, -1.2, 0.5], [0.6, -2.4, 1.0]])
