@@ -214,6 +214,14 @@ class Kernels(Result):
     nngp_diag: np.ndarray | None = None
 
 
+def _full(v, shape):
+    """A writable float64 array of ``shape`` (a constant expression comes back as a scalar)."""
+    v = np.asarray(v, dtype=np.float64)
+    if v.shape == shape and v.flags.writeable and v.flags.owndata:
+        return v
+    return np.array(np.broadcast_to(v, shape), dtype=np.float64)
+
+
 def _inputs(name, x):
     a = np.asarray(x, dtype=np.float64) if x is not None else None
     if a is None or a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
@@ -305,13 +313,13 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     # unstable, so a rounding difference between C[a, b] and the diagonal map would grow to O(1): pin them
     _, ids = np.unique(np.vstack([a, b]), axis=0, return_inverse=True)
     ids = ids.ravel()
-    twin = ids[:a.shape[0], None] == ids[None, a.shape[0]:]
-    twin = twin if twin.any() else None
+    rows, cols = np.nonzero(ids[:a.shape[0], None] == ids[None, a.shape[0]:])
 
     def pin(M, Ma):
-        return M if twin is None else np.where(twin, Ma[:, None], M)
+        M[rows, cols] = Ma[rows]
+        return M
 
-    C, T = pin(C, Ka), pin(T, Ta)
+    C, T = pin(C, Ka), pin(np.array(T), Ta)
     diag = [Ka.copy()] if per_layer else None
     zero_T = np.zeros(())
     with np.errstate(all="ignore"):
@@ -319,13 +327,11 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
             outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, sw, sb, n_width)
             da_out = f(Ka, Ka, Ka, Ta if want_ntk else zero_T, sw, sb, n_width)
             db_out = da_out if same else f(Kb, Kb, Kb, Tb if want_ntk else zero_T, sw, sb, n_width)
-            Ka = np.broadcast_to(da_out[0], Ka.shape).astype(np.float64)
-            Kb = np.broadcast_to(db_out[0], Kb.shape).astype(np.float64)
-            C = pin(np.broadcast_to(outs[0], C.shape).astype(np.float64), Ka)
+            Ka, Kb = _full(da_out[0], Ka.shape), _full(db_out[0], Kb.shape)
+            C = pin(_full(outs[0], C.shape), Ka)
             if want_ntk:
-                Ta = np.broadcast_to(da_out[1], Ka.shape).astype(np.float64)
-                Tb = np.broadcast_to(db_out[1], Kb.shape).astype(np.float64)
-                T = pin(np.broadcast_to(outs[1], C.shape).astype(np.float64), Ta)
+                Ta, Tb = _full(da_out[1], Ka.shape), _full(db_out[1], Kb.shape)
+                T = pin(_full(outs[1], C.shape), Ta)
             if per_layer:
                 diag.append(Ka.copy())
     bad = [name for name, v in (("nngp", C), ("ntk", T if want_ntk else C)) if not np.all(np.isfinite(v))]
