@@ -18,6 +18,7 @@ MODULES = [
     ("meanfield.activations", None),
     ("meanfield.calculus", None),
     ("meanfield.symbolic", None),
+    ("meanfield.gram", None),
     ("meanfield.gaussian", None),
     ("meanfield.solvers", None),
     ("meanfield.plotting", None),
@@ -27,6 +28,7 @@ MODULES = [
     ("meanfield.verification.autoinit", None),
     ("meanfield.verification.distributed", None),
     ("meanfield.verification.from_torch", None),
+    ("meanfield.verification.gram", None),
     ("meanfield.verification.torch_activations", None),
 ]
 

@@ -11,6 +11,8 @@ from .calculus import Architecture, as_architecture
 from .calculus import (Network, act, batch_norm, dense, from_json, layer_norm, mixer, mlp, resmlp, residual,
                        rms_norm, scale, serial, to_json)
 from .symbolic import Recursion, recursion
+# NNGP / NTK Gram matrices on real inputs (numpy; the recursion is compiled on first use)
+from .gram import Kernels, kernels
 from . import symbols
 # numeric solvers: numba is imported (and kernels compiled) on first use only
 from .solvers import *  # noqa: F401,F403
@@ -22,12 +24,14 @@ __all__ = [
     "Activation",
     "Architecture",
     "Network",
+    "Kernels",
     "Recursion",
     "act",
     "batch_norm",
     "dense",
     "from_json",
     "from_torch",
+    "kernels",
     "layer_norm",
     "mixer",
     "mlp",

@@ -54,6 +54,7 @@ from .activations import Activation, activation as _make_activation
 
 __all__ = [
     "Signal",
+    "GramSignal",
     "Primitive",
     "Dense",
     "ActivationLayer",
@@ -126,6 +127,49 @@ class Signal:
         return Signal(K, K12, mean, gaussian, self.pair_axis)
 
 
+@dataclass(frozen=True)
+class GramSignal:
+    """Infinite-width state of a pair of inputs x, x' of any norms, with the NTK (:mod:`meanfield.gram`).
+
+    K1 = E[z(x)^2], K2 = E[z(x')^2], K12 = E[z(x) z(x')] (raw second moments,
+    means included); m1, m2 = E[z(x)], E[z(x')] (0 for preactivations);
+    T12 = Theta(x, x'), the per-unit neural tangent kernel of z with respect
+    to every parameter before this point; gaussian : True for
+    preactivations. ``parameterization`` ('ntk' or 'standard') and ``width``
+    (the fan-in of hidden Dense layers, used by 'standard' only) say how a
+    Dense layer adds its own parameters to T12. Each primitive maps it with
+    :meth:`Primitive.gram`; the diagonal (x = x') is the same map at
+    K1 = K2 = K12.
+    """
+
+    K1: sp.Expr
+    K2: sp.Expr
+    K12: sp.Expr
+    T12: sp.Expr = sp.Integer(0)
+    m1: sp.Expr = sp.Integer(0)
+    m2: sp.Expr = sp.Integer(0)
+    gaussian: bool = True
+    parameterization: str = "ntk"
+    width: sp.Expr = sp.Integer(1)
+
+    def to(self, K1, K2, K12, T12, m1=sp.Integer(0), m2=sp.Integer(0), gaussian=True) -> "GramSignal":
+        """A new state with the same conventions."""
+        return replace(self, K1=K1, K2=K2, K12=K12, T12=T12, m1=m1, m2=m2, gaussian=gaussian)
+
+    def normalised(self, v1, v2, centre: bool, m1=sp.Integer(0), m2=sp.Integer(0)) -> "GramSignal":
+        """z -> (z - c E z) / sqrt(v) per input (deterministic divisor at infinite width).
+
+        The rank-one terms of the normalisation's Jacobian (through the mean
+        and the divisor) are O(1/N) per unit, so the NTK is divided by
+        sqrt(v1 v2) like the cross moment.
+        """
+        d = sp.sqrt(v1 * v2)
+        K12 = (self.K12 - self.m1 * self.m2) / d if centre else self.K12 / d
+        c = 1 if centre else 0
+        return self.to((self.K1 - c * self.m1**2) / v1, (self.K2 - c * self.m2**2) / v2, K12, self.T12 / d,
+                       m1, m2, self.gaussian)
+
+
 # ---------------------------------------------------------------------------
 # Primitives.
 # ---------------------------------------------------------------------------
@@ -143,6 +187,10 @@ class Primitive:
     def chi_delta(self, s: Signal) -> sp.Expr:
         """This primitive's part of chi_Delta (only activations have one)."""
         return sp.Integer(0)
+
+    def gram(self, g: "GramSignal") -> "GramSignal":
+        """The map of the two-input state with the NTK (:class:`GramSignal`); see :mod:`meanfield.gram`."""
+        raise ValueError(f"{_short(self)} has no Gram-matrix rule (two inputs of any norms)")
 
     def primitives(self):
         yield self
@@ -178,6 +226,17 @@ class Dense(Primitive):
     def chi(self, s):
         return self.sigma_w**2
 
+    def gram(self, g):
+        # NTK: Theta' = (own parameters) + sigma_w^2 Theta. 'ntk': W = sigma_w w / sqrt(n), b = sigma_b beta
+        # with (w, beta) trained, so the own part is sigma_w^2 E[z z'] + sigma_b^2 = K12'; 'standard': W, b
+        # trained directly, n E[z z'] + 1 (neural-tangents' convention, n = fan-in)
+        if self.axis != "features":
+            raise ValueError(f"{_short(self)}: Gram matrices over inputs are for layers along the features only")
+        sw2, sb2 = self.sigma_w**2, self.sigma_b**2
+        K12 = sw2 * g.K12 + sb2
+        own = K12 if g.parameterization == "ntk" else g.width * g.K12 + 1
+        return g.to(sw2 * g.K1 + sb2, sw2 * g.K2 + sb2, K12, own + sw2 * g.T12)
+
 
 @dataclass(frozen=True)
 class ActivationLayer(Primitive):
@@ -197,6 +256,14 @@ class ActivationLayer(Primitive):
 
     def chi_delta(self, s):
         return self.phi.chi_delta_moment(s.K)
+
+    def gram(self, g):
+        if not g.gaussian:
+            raise ValueError(f"{_short(self)} needs a Gaussian preactivation as input; put a dense layer before it")
+        phi = self.phi
+        return g.to(phi.second_moment(g.K1), phi.second_moment(g.K2), phi.kernel(g.K1, g.K2, g.K12),
+                    phi.derivative_kernel(g.K1, g.K2, g.K12) * g.T12, phi.mean(g.K1), phi.mean(g.K2),
+                    gaussian=False)
 
 
 def _centres_pair(norm, s: Signal) -> bool:
@@ -230,6 +297,12 @@ class LayerNormPre(Primitive):
     def chi(self, s):
         return 1 / (s.K - s.K12) if _centres_pair(self, s) else 1 / s.K
 
+    def gram(self, g):
+        _features_only(self)
+        if not g.gaussian:
+            raise ValueError(f"{_short(self)} needs a Gaussian preactivation as input; put a dense layer before it")
+        return g.normalised(g.K1, g.K2, centre=True)
+
 
 @dataclass(frozen=True)
 class LayerNormPost(Primitive):
@@ -249,6 +322,10 @@ class LayerNormPost(Primitive):
         # along the pair axis the shared part (second moment K12, which
         # includes E[phi]^2) is what the mean removes
         return 1 / (s.K - s.K12) if _centres_pair(self, s) else 1 / (s.K - s.mean**2)
+
+    def gram(self, g):
+        _features_only(self)
+        return g.normalised(g.K1 - g.m1**2, g.K2 - g.m2**2, centre=True)
 
 
 @dataclass(frozen=True)
@@ -272,6 +349,10 @@ class BatchNorm(Primitive):
 
     def chi(self, s):
         return 1 / (s.K - s.K12)
+
+    def gram(self, g):
+        raise ValueError("batch_norm() couples the inputs of a batch: its kernel is not a map of one pair "
+                         "(K1, K2, K12); meanfield.kernels computes it over the whole batch (NNGP only)")
 
 
 @dataclass(frozen=True)
@@ -297,6 +378,10 @@ class LayerNorm(Primitive):
 
     def chi(self, s):
         return 1 / (s.K - s.K12) if _centres_pair(self, s) else 1 / (s.K - s.mean**2)
+
+    def gram(self, g):
+        _features_only(self)
+        return g.normalised(g.K1 - g.m1**2, g.K2 - g.m2**2, centre=True)
 
 
 @dataclass(frozen=True)
@@ -332,6 +417,9 @@ class RMSNorm(Primitive):
     def chi(self, s):
         return 1 / s.K
 
+    def gram(self, g):
+        return g.normalised(g.K1, g.K2, centre=False, m1=g.m1 / sp.sqrt(g.K1), m2=g.m2 / sp.sqrt(g.K2))
+
 
 @dataclass(frozen=True)
 class Scale(Primitive):
@@ -347,6 +435,15 @@ class Scale(Primitive):
 
     def chi(self, s):
         return self.eps**2
+
+    def gram(self, g):
+        e2 = self.eps**2
+        return g.to(e2 * g.K1, e2 * g.K2, e2 * g.K12, e2 * g.T12, self.eps * g.m1, self.eps * g.m2, g.gaussian)
+
+
+def _features_only(norm):
+    if norm.axis != "features":
+        raise ValueError(f"{_short(norm)}: Gram matrices over inputs are for normalisations over the features only")
 
 
 def _num(v) -> str:
@@ -427,6 +524,11 @@ class Chain(Primitive):
         states = self._states(s)
         return sp.Mul(*[p.chi(st) for p, st in zip(self.layers, states)])
 
+    def gram(self, g):
+        for p in self.layers:
+            g = p.gram(g)
+        return g
+
     def chi_delta(self, s):
         # chi_Delta replaces, one activation at a time, its E[phi'^2] factor by
         # E[phi''^2 + phi' phi''']: the first-order variation of chi (Lemma D.1).
@@ -473,6 +575,12 @@ class Residual(Primitive):
 
     def chi_delta(self, s):
         return self.branch.chi_delta(s)
+
+    def gram(self, g):
+        # the branch ends in fresh zero-mean weights: no cross terms with the skip, in K or in Theta
+        out = self.branch.gram(g)
+        m2 = self.mu**2
+        return g.to(out.K1 + m2 * g.K1, out.K2 + m2 * g.K2, out.K12 + m2 * g.K12, out.T12 + m2 * g.T12)
 
     def primitives(self):
         yield self

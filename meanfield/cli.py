@@ -9,7 +9,7 @@ internal error) prints one line and exits with status 1
 (``MEANFIELD_DEBUG=1`` shows the traceback).
 
 Subcommands: recursion, critical-point, critical-line, exponents,
-phase-diagram, verify, autoinit, cache.
+phase-diagram, verify, autoinit, kernels, cache.
 """
 from __future__ import annotations
 
@@ -426,6 +426,48 @@ def _autoinit_model(args):
     return model, x
 
 
+def _load_inputs(path, option):
+    """An (n, d) float array from a .npy file (a 1-d array is one input)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"meanfield kernels: {option}: {path} is not a file")
+    try:
+        a = np.load(p, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"meanfield kernels: {option}: cannot read {path} as a .npy array ({err})") from None
+    if a.ndim == 1:
+        a = a[None, :]
+    if a.ndim != 2 or a.dtype.kind not in "biuf":
+        raise UsageError(f"meanfield kernels: {option}: expected a numeric array of shape (n, d), got "
+                         f"{a.dtype} {a.shape}")
+    return a.astype(np.float64)
+
+
+def cmd_kernels(args):
+    from .gram import kernels
+
+    x1 = _load_inputs(args.inputs, "--inputs")
+    x2 = _load_inputs(args.inputs2, "--inputs2") if args.inputs2 else None
+    out = Path(args.out)
+    if out.suffix not in (".npz", ".json"):
+        raise UsageError(f"meanfield kernels: --out must end in .npz or .json, got {args.out!r}")
+    _check_writable([out], "--out")
+    get = ("nngp", "ntk") if args.get == "both" else (args.get,)
+    r = kernels(_architecture(args), x1, x2, depth=args.depth, sigma_w=args.sigma_w, sigma_b=args.sigma_b,
+                parameterization=args.parameterization, get=get, width=args.width)
+    try:
+        r.save(out)
+    except OSError as err:
+        raise RunError(f"cannot write {out} ({err.strerror or err})") from None
+    shape = (x1.shape[0], (x2 if x2 is not None else x1).shape[0])
+    summary = {"out": str(out), "shape": list(shape), "depth": args.depth, "sigma_w": args.sigma_w,
+               "sigma_b": args.sigma_b, "parameterization": args.parameterization, "get": list(get)}
+    text = (f"{r.architecture}, depth {args.depth}, sigma_w = {_g(args.sigma_w)}, sigma_b = {_g(args.sigma_b)} "
+            f"({args.parameterization} parameterisation): {' and '.join(get)} Gram matrices of shape "
+            f"{shape[0]} x {shape[1]} written to {out} (meanfield.gram.Kernels.load reads it)")
+    _emit(args, summary, text=text)
+
+
 AUTOINIT_MAX = {"depth": 1000, "width": 8192, "steps": 100_000, "batch": 4096}
 
 
@@ -551,6 +593,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the tuned scales go (JSON; checked writable before tuning; default ./autoinit.json)")
     _add_json(s)
     s.set_defaults(func=cmd_autoinit)
+
+    s = add("kernels", help="NNGP and NTK Gram matrices on inputs from a .npy file",
+            description="Infinite-width NNGP and NTK Gram matrices of the network's output on the rows of "
+                        "--inputs (against the rows of --inputs2, or of --inputs), written to --out "
+                        "(.npz or .json; meanfield.gram.Kernels.load reads it). See meanfield.kernels.")
+    _add_arch_options(s)
+    s.add_argument("--inputs", required=True, metavar="FILE.npy", help="inputs, an array of shape (n1, d)")
+    s.add_argument("--inputs2", default=None, metavar="FILE.npy", help="second inputs (n2, d) (default --inputs)")
+    s.add_argument("--depth", type=int, required=True, metavar="L",
+                   help="dense layers: the input layer plus L - 1 blocks (>= 1)")
+    s.add_argument("--sigma-w", type=_finite, required=True, metavar="X", help="weight scale sigma_w (>= 0)")
+    s.add_argument("--sigma-b", type=_finite, required=True, metavar="X", help="bias scale sigma_b (>= 0)")
+    s.add_argument("--parameterization", default="ntk", choices=("ntk", "standard"),
+                   help="which variables are trained (default ntk; standard needs --width)")
+    s.add_argument("--width", type=_finite, default=None, metavar="N",
+                   help="hidden fan-in, for the standard parameterisation's NTK")
+    s.add_argument("--get", default="both", choices=("nngp", "ntk", "both"), help="which kernels (default both)")
+    s.add_argument("--out", default="kernels.npz", metavar="FILE", help="output .npz or .json (default kernels.npz)")
+    _add_json(s)
+    s.set_defaults(func=cmd_kernels)
 
     s = add("cache", help="show or clear the cache of compiled recursions",
             description="Compiled recursions and solver kernels are cached on disk (MEANFIELD_CACHE_DIR, else "

@@ -12,7 +12,7 @@ import pytest
 import meanfield as mf
 
 SUBCOMMANDS = ["recursion", "critical-point", "critical-line", "exponents", "phase-diagram", "verify", "autoinit",
-               "cache"]
+               "kernels", "cache"]
 
 
 def run(*argv, check=True):

@@ -42,8 +42,9 @@ CELL_TIMEOUT = 300           # seconds per cell; the slowest cell takes ~15 s on
 SUMMARY_TAG = "__NOTEBOOK_SUMMARY__"
 # every notebook in notebooks/ must be listed here (and tested below)
 TESTED = {"critical_lines", "phase_diagrams", "critical_exponents", "monte_carlo_verification",
-          "kernel_shaping", "autoinit", "your_own_architecture"}
-WITH_SUMMARY = {"phase_diagrams", "critical_exponents", "monte_carlo_verification", "your_own_architecture"}
+          "kernel_shaping", "autoinit", "your_own_architecture", "gram_regression"}
+WITH_SUMMARY = {"phase_diagrams", "critical_exponents", "monte_carlo_verification", "your_own_architecture",
+                "gram_regression"}
 
 try:
     import torch  # noqa: F401
@@ -477,3 +478,25 @@ def test_your_own_architecture_notebook(run_notebook):
         layers = np.arange(1, len(m) + 1)
         assert np.all(np.abs(m - t) <= 4 * se + 2 * layers / width * np.abs(t))
     assert "within the suite's rule: True" in out
+
+
+def test_gram_regression_notebook(run_notebook):
+    """NNGP/NTK regression through the phases: critical keeps learning at depth 50, the others predict the mean."""
+    from scipy.optimize import brentq
+
+    _, out, s = run_notebook("gram_regression")
+    i50 = s["depths"].index(50)
+    for kind in ("nngp", "ntk"):
+        e = {p: s["errors"][p][kind][i50] for p in ("ordered", "critical", "chaotic")}
+        assert e["critical"] < 0.5 and min(e["ordered"], e["chaotic"]) > 0.9, e
+    assert s["spread"]["critical"] > 1e-5 > max(s["spread"]["ordered"], s["spread"]["chaotic"])
+    assert s["min_eig_ratio"] > -1e-10
+    # the chaotic correlation: fixed points of Williams' erf kernel, solved here (K* then c*)
+    sw, sb = s["sw"]["chaotic"], s["sb"]
+
+    def q(k12, k):
+        return sw**2 * 2 / math.pi * math.asin(2 * k12 / (1 + 2 * k)) + sb**2
+
+    K = brentq(lambda k: q(k, k) - k, 1e-6, 100)
+    c = brentq(lambda c: q(c * K, K) / K - c, 1e-9, 0.999)
+    assert abs(s["c_chaotic"] - c) < 1e-10

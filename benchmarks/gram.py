@@ -1,0 +1,66 @@
+"""Benchmark: meanfield.kernels (NNGP + NTK Gram matrices) for n x n inputs at depth 10 and 50.
+
+Run as ``python benchmarks/gram.py`` (not part of pytest): one thread, best of
+3 after a warm-up call (which builds and compiles the block map from the tree),
+CPU time of this process (time.process_time), so the shared machine's load does not count. Inputs: n Gaussian rows of dimension 64 with norms spread over
+[0.1, 3]. Prints a markdown table for benchmarks/README.md (section "gram").
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import platform  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import meanfield as mf  # noqa: E402
+
+CASES = [("ReLU", mf.Architecture("relu"), 1.5, 0.1), ("erf", mf.Architecture("erf"), 1.5, 0.1),
+         ("GELU + ln_post", mf.Architecture("gelu", norm="ln_post"), 1.5, 0.1)]
+
+
+def best(f, repeat=3):
+    """Best CPU time (time.process_time: what this process used, whatever the load) of ``repeat`` runs."""
+    out = []
+    for _ in range(repeat):
+        t = time.process_time()
+        f()
+        out.append(time.process_time() - t)
+    return min(out)
+
+
+def main():
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, arch, sw, sb in CASES:
+        t = time.perf_counter()
+        mf.kernels(arch, rng.standard_normal((2, 4)), depth=2, sigma_w=sw, sigma_b=sb)
+        build = time.perf_counter() - t
+        times = {}
+        for n in (100, 1000):
+            x = rng.standard_normal((n, 64)) * rng.uniform(0.1, 3.0, size=(n, 1))
+            for depth in (10, 50):
+                times[n, depth] = best(lambda: mf.kernels(arch, x, depth=depth, sigma_w=sw, sigma_b=sb))
+                times[n, depth, "nngp"] = best(lambda: mf.kernels(arch, x, depth=depth, sigma_w=sw,
+                                                                  sigma_b=sb, get="nngp"))
+        rows.append((name, build, times))
+    print(f"`python benchmarks/gram.py` ({time.strftime('%Y-%m-%d')}; {platform.machine()}, "
+          f"{os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}; one thread, "
+          "CPU time (process_time), best of 3; "
+          f"load average {os.getloadavg()[0]:.1f} at the end).\n")
+    print("| architecture | first call (build + compile) | n=100, depth 10 | n=100, depth 50 | n=1000, depth 10 "
+          "| n=1000, depth 50 | n=1000, depth 50, NNGP only |")
+    print("|---|---|---|---|---|---|---|")
+    for name, build, t in rows:
+        cells = [f"{t[n, d] * 1e3:.1f} ms" if t[n, d] < 1 else f"{t[n, d]:.2f} s"
+                 for n, d in ((100, 10), (100, 50), (1000, 10), (1000, 50))]
+        print(f"| {name} | {build:.2f} s | " + " | ".join(cells) + f" | {t[1000, 50, 'nngp']:.2f} s |")
+
+
+if __name__ == "__main__":
+    main()

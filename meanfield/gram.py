@@ -1,0 +1,352 @@
+r"""NNGP and NTK Gram matrices on a set of inputs of any norms (issue 12).
+
+:func:`kernels` returns the infinite-width NNGP kernel K(x, x') and neural
+tangent kernel Theta(x, x') of the network's output, for every pair of rows
+of ``x1`` (and ``x2``), at any depth.
+
+Where the maths comes from
+--------------------------
+The primitive tree is the one source of truth. Every primitive has a
+:meth:`~meanfield.calculus.Primitive.gram` method mapping the state of a
+pair of inputs x, x' of any norms (:class:`~meanfield.calculus.GramSignal`:
+K1 = E[z(x)^2], K2 = E[z(x')^2], K12 = E[z(x) z(x')], the means m1, m2 of a
+post-activation signal and the NTK T12 = Theta(x, x')). Pushing symbols
+(K1, K2, K12, T12) through the block gives one sympy expression per output
+(activations contribute their closed-form two-point moments
+``Activation.kernel`` / ``Activation.derivative_kernel``: the arc-cosine
+kernels for ReLU-like phi, Williams' erf kernel, the GELU kernel; any other
+activation a Gaussian quadrature); it is compiled once to numpy and applied
+to whole (n1, n2) arrays, layer after layer. The diagonal K(x, x) is the same
+map at K1 = K2 = K12.
+
+Per primitive (i = 1, 2 the two inputs; sqrt(v1 v2) the normalising divisors):
+
+=====================  ===========================================  ==================================
+primitive              (K1, K2, K12)                                 Theta12
+=====================  ===========================================  ==================================
+Dense(sw, sb)          sw^2 K + sb^2                                'ntk': K12' + sw^2 Theta;
+                                                                    'standard': n K12 + 1 + sw^2 Theta
+act(phi)               E[phi(u)^2], E[phi(v)^2], E[phi(u) phi(v)]   E[phi'(u) phi'(v)] Theta
+layer_norm (pre/post)  1, 1, (K12 - m1 m2) / sqrt(v1 v2),           Theta / sqrt(v1 v2)
+                       v_i = K_i - m_i^2
+rms_norm               1, 1, K12 / sqrt(K1 K2)                      Theta / sqrt(K1 K2)
+scale(eps)             eps^2 K                                      eps^2 Theta
+residual(branch, mu)   branch(K) + mu^2 K                           branch(Theta) + mu^2 Theta
+=====================  ===========================================  ==================================
+
+with (u, v) zero-mean Gaussian, Var u = K1, Var v = K2, Cov = K12. The NTK
+rules are Theta^{l+1} = (the layer's own parameters) + J Theta^l J^T per
+unit: a Dense layer's fresh weights make Theta diagonal over units at
+infinite width (Jacot et al. 2018, Thm. 1; Arora et al. 2019, eq. 9-10), an
+element-wise phi multiplies by phi'(u) phi'(v), a normalisation's Jacobian
+is I/sqrt(v) up to rank-one terms that are O(1/N) per unit (the same
+argument as for its APJN factor, partial-Jacobian D.4), a residual's cross
+terms vanish because the branch ends in zero-mean weights.
+
+Conventions: the two parameterisations side by side
+----------------------------------------------------
+Both give the same network function at initialisation, hence the same NNGP;
+they differ in which variables gradient descent trains, hence in the NTK.
+
+===============  ==================================  ===================================
+                 ``parameterization="ntk"``           ``parameterization="standard"``
+===============  ==================================  ===================================
+layer            h' = sigma_w w z / sqrt(n) +         h' = W z + b,
+                 sigma_b beta                         W ~ N(0, sigma_w^2 / n), b ~ N(0, sigma_b^2)
+trained          w, beta ~ N(0, 1)                    W, b
+Dense's own      sigma_w^2 E[z z'] + sigma_b^2        n E[z z'] + 1
+NTK term
+first layer      Theta^1 = K^1                        Theta^1 = x.x' + 1
+===============  ==================================  ===================================
+
+with n the fan-in (the input dimension d for the first layer, ``width``
+for hidden layers; E[z z'] = x.x'/d at the input) and
+K^1(x, x') = sigma_w^2 x.x'/d + sigma_b^2 in both. These are
+neural-tangents' conventions (``stax.Dense(parameterization=...)`` with
+``s=(1, 1)``): in the standard parameterisation the NTK grows linearly with
+the width, so ``width`` must be given; the bias is trained (its term, 1, is
+there even when sigma_b = 0).
+
+What is exact, and what is refused
+----------------------------------
+* MLPs with any activation, LayerNorm before or after the activation,
+  RMSNorm, residual strength mu, LayerScale (``scale``): exact
+  infinite-width limits (sequential limit, width -> infinity layer by
+  layer), any input norms.
+* BatchNorm couples the inputs of a batch: the kernel of two inputs depends
+  on the whole batch, so it is not a map of one pair; ``kernels`` refuses it
+  (ValueError) rather than return the equal-norm large-batch formula of the
+  APJN calculus, which is wrong for inputs of different norms.
+* ResMLP and MLP-Mixer: their inputs are images (tokens x channels) and
+  their pair state is two channels of one token (the Mixer) or needs the
+  full token-token covariance; Gram matrices over images are not
+  implemented (ValueError).
+
+Numerics
+--------
+Correlations are clipped to [-1, 1] before arccos/arcsin and the square roots
+of variances that vanish at correlation 1 (sqrt(K1 K2 - K12^2)) to >= 0, so
+nothing is NaN at or near correlation 1; the arc-cosine form loses accuracy
+there in theory (an error ~ 1e-16 / sin(theta) in theta), but the arc-cosine
+kernel is flat in theta at theta = 0, so the results agree with 40-digit
+mpmath to 1e-15 even at 1 - rho = 1e-12 (tests/test_gram.py). Two-point forms
+that divide by a Gram determinant (GELU: (1 + K1)(1 + K2) - K12^2) cancel
+catastrophically for near-parallel inputs once the kernel exceeds ~1e8
+(eps K^2 > 1 + K1 + K2); such a result breaks Cauchy-Schwarz and is refused
+(ValueError) rather than returned. A non-finite result (a kernel beyond
+float64, a zero signal normalised) is a ValueError too. Identical inputs
+(the diagonal, repeated rows) are pinned to the diagonal map at every layer:
+in the chaotic phase correlation 1 is an unstable fixed point, and a
+rounding difference of 1e-16 would otherwise grow by chi_c per layer to an
+O(1) error.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import sympy as sp
+
+from . import symbols as S
+from ._serialize import Result
+from ._validate import check_choice, check_int, check_real
+
+__all__ = ["Kernels", "kernels", "gram_map"]
+
+PARAMETERIZATIONS = ("ntk", "standard")
+_GETS = ("nngp", "ntk")
+
+_K1, _K2, _K12, _T12 = sp.symbols("K1 K2 K12 Theta12")
+_WIDTH = sp.Symbol("n_width")
+_ARGS = (_K1, _K2, _K12, _T12, S.sigma_w, S.sigma_b, _WIDTH)
+
+
+# ---------------------------------------------------------------------------
+# The block map, from the tree.
+# ---------------------------------------------------------------------------
+def _clip1(a):
+    return np.clip(a, -1.0, 1.0)
+
+
+def _sqrt0(a):
+    # only variances that vanish at correlation 1 (K1 K2 - K12^2) can round below 0
+    return np.sqrt(np.maximum(a, 0.0))
+
+
+def _safe(expr):
+    """acos/asin of clipped arguments, square roots of non-negative parts (see the module notes)."""
+    acos, asin, sqrt = sp.Function("_mf_acos"), sp.Function("_mf_asin"), sp.Function("_mf_sqrt")
+    expr = expr.replace(lambda e: isinstance(e, sp.acos), lambda e: acos(e.args[0]))
+    expr = expr.replace(lambda e: isinstance(e, sp.asin), lambda e: asin(e.args[0]))
+
+    def half_power(e):
+        return isinstance(e, sp.Pow) and e.exp.is_Rational and e.exp.q == 2
+
+    return expr.replace(half_power, lambda e: sqrt(e.base) ** (2 * e.exp))
+
+
+def _checked_spec(arch):
+    from .calculus import as_architecture
+
+    spec = as_architecture(arch)
+    if spec.couples_batch:
+        raise ValueError("arch has a batch_norm(): BatchNorm couples the inputs of a batch, so the kernel of "
+                         "two inputs is not a function of that pair; Gram matrices are not computed for it")
+    if spec.has_tokens:
+        raise ValueError("arch acts along tokens (ResMLP / MLP-Mixer): its inputs are images and its pair state "
+                         "is not a pair of inputs; Gram matrices over images are not implemented")
+    spec.require_values("kernels")
+    return spec
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(spec, parameterization: str, with_ntk: bool):
+    from .calculus import GramSignal
+    from .symbolic import _numeric_expectations
+
+    g = GramSignal(_K1, _K2, _K12, _T12, parameterization=parameterization, width=_WIDTH)
+    out = spec.block_spec().gram(g)
+    vals = spec.parameters()
+    exprs = [sp.sympify(out.K12).subs(vals)] + ([sp.sympify(out.T12).subs(vals)] if with_ntk else [])
+    exprs, namespace = _numeric_expectations([_safe(e) for e in exprs])
+    namespace.update(_mf_acos=lambda a: np.arccos(_clip1(a)), _mf_asin=lambda a: np.arcsin(_clip1(a)),
+                     _mf_sqrt=_sqrt0)
+    return sp.lambdify(_ARGS, exprs, modules=[namespace, "numpy", "scipy"], cse=True)
+
+
+def gram_map(arch, parameterization: str = "ntk", ntk: bool = True):
+    """The block's pair map as a numpy function, for inspection and tests.
+
+    Returns ``f(K1, K2, K12, Theta12, sigma_w, sigma_b, width) -> [K12', Theta12']``
+    (``[K12']`` when ``ntk=False``), broadcasting over arrays; the diagonal is
+    ``f(K, K, K, Theta, ...)``. Built from the primitives' ``gram`` rules.
+    """
+    check_choice("parameterization", parameterization, PARAMETERIZATIONS)
+    spec = _checked_spec(arch)
+    try:
+        return _compiled(spec, parameterization, bool(ntk))
+    except TypeError:  # an unhashable spec (a user activation holding a list, say): no cache
+        return _compiled.__wrapped__(spec, parameterization, bool(ntk))
+
+
+# ---------------------------------------------------------------------------
+# The result.
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True, repr=False)
+class Kernels(Result):
+    """Infinite-width NNGP and NTK Gram matrices of a network's output.
+
+    ``nngp[a, b] = K^depth(x1[a], x2[b])``, ``ntk[a, b] = Theta^depth(x1[a], x2[b])``
+    (float64, shape (n1, n2); None when not asked for). ``nngp_diag`` is the
+    per-layer diagonal K^l(x1[a], x1[a]) for l = 1..depth, shape (depth, n1),
+    when asked (``per_layer=True``). Conventions: :mod:`meanfield.gram`.
+    """
+
+    architecture: object
+    sigma_w: float
+    sigma_b: float
+    depth: int
+    parameterization: str
+    width: float | None
+    nngp: np.ndarray | None
+    ntk: np.ndarray | None
+    nngp_diag: np.ndarray | None = None
+
+
+def _full(v, shape):
+    """A writable float64 array of ``shape`` (a constant expression comes back as a scalar)."""
+    v = np.asarray(v, dtype=np.float64)
+    if v.shape == shape and v.flags.writeable and v.flags.owndata:
+        return v
+    return np.array(np.broadcast_to(v, shape), dtype=np.float64)
+
+
+def _inputs(name, x):
+    a = np.asarray(x, dtype=np.float64) if x is not None else None
+    if a is None or a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
+        raise ValueError(f"{name} must be a 2-d array of shape (n, d) with n, d >= 1, got "
+                         f"{'None' if x is None else np.shape(x)}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must contain finite numbers only")
+    return a
+
+
+def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None, parameterization: str = "ntk",
+            get=("nngp", "ntk"), width=None, per_layer: bool = False) -> Kernels:
+    r"""NNGP and NTK Gram matrices of the network's output on inputs of any norms.
+
+    Parameters
+    ----------
+    arch : Architecture, Network, tree or activation name
+        The repeated block (MLPs: any activation, LayerNorm pre/post,
+        RMSNorm, residual mu, LayerScale). BatchNorm and token blocks
+        (ResMLP, Mixer) are refused: see :mod:`meanfield.gram`.
+    x1 : array (n1, d)
+    x2 : array (n2, d), optional
+        Default: ``x1`` (the symmetric Gram matrix).
+    depth : int >= 1
+        Dense layers, as in ``monte_carlo``: the input layer
+        h^1 = W x + b, then depth - 1 blocks. The kernels are those of h^depth.
+    sigma_w, sigma_b : float
+        Scales of every Dense layer whose scale is the symbol (the input layer
+        included): K^1(x, x') = sigma_w^2 x.x'/d + sigma_b^2.
+    parameterization : {'ntk', 'standard'}
+        Which variables are trained (the table in :mod:`meanfield.gram`);
+        the NNGP is the same.
+    get : 'nngp', 'ntk' or a tuple of them
+    width : float, optional
+        Fan-in of the hidden layers; needed (only) for the standard
+        parameterisation's NTK, which grows with it.
+    per_layer : bool
+        Also return the diagonal K^l(x1, x1) of every layer.
+
+    Returns
+    -------
+    :class:`Kernels` with ``.nngp``, ``.ntk`` of shape (n1, n2).
+
+    The recursion, per pair: K^{l+1} = block(K^l), Theta^{l+1} = (the
+    Dense layers' own terms) + (derivative kernel) Theta^l, built from the
+    primitives' ``gram`` rules (Jacot et al. 2018, Thm. 1; Arora et al.
+    2019, eqs. 9-10; the layer rules of neural-tangents' ``stax``).
+    """
+    spec = _checked_spec(arch)
+    check_choice("parameterization", parameterization, PARAMETERIZATIONS)
+    if isinstance(get, str):
+        get = (get,)
+    get = tuple(get)
+    if not get or any(g not in _GETS for g in get):
+        raise ValueError(f"get must be 'nngp', 'ntk' or a tuple of them, got {get!r}")
+    if depth is None or sigma_w is None or sigma_b is None:
+        raise ValueError("kernels needs depth, sigma_w and sigma_b")
+    depth = check_int("depth", depth, 1)
+    for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
+        if np.ndim(v) != 0:
+            raise ValueError(f"{name} must be a scalar, got an array of shape {np.shape(v)}")
+        check_real(name, v, minimum=0)
+    sw, sb = float(sigma_w), float(sigma_b)
+    want_ntk = "ntk" in get
+    if want_ntk and parameterization == "standard":
+        if width is None:
+            raise ValueError("width is needed for the standard parameterisation's NTK (it grows with the "
+                             "hidden layers' fan-in); pass width=n or use parameterization='ntk'")
+        check_real("width", width, minimum=1)
+    n_width = float(width) if width is not None else 1.0
+    a = _inputs("x1", x1)
+    same = x2 is None
+    b = a if same else _inputs("x2", x2)
+    if b.shape[1] != a.shape[1]:
+        raise ValueError(f"x1 and x2 must have the same number of features, got {a.shape[1]} and {b.shape[1]}")
+    d = a.shape[1]
+    f = gram_map(spec, parameterization, want_ntk)
+
+    # the input layer (both parameterisations share the NNGP)
+    dot = a @ b.T
+    da, db = np.einsum("ij,ij->i", a, a), np.einsum("ij,ij->i", b, b)
+    C = sw**2 * dot / d + sb**2
+    Ka, Kb = sw**2 * da / d + sb**2, sw**2 * db / d + sb**2
+    if parameterization == "ntk":
+        T, Ta, Tb = C.copy(), Ka.copy(), Kb.copy()
+    else:
+        T, Ta, Tb = dot + 1.0, da + 1.0, db + 1.0
+    # identical inputs have correlation exactly 1 at every depth; in the chaotic phase that fixed point is
+    # unstable, so a rounding difference between C[a, b] and the diagonal map would grow to O(1): pin them
+    _, ids = np.unique(np.vstack([a, b]), axis=0, return_inverse=True)
+    ids = ids.ravel()
+    rows, cols = np.nonzero(ids[:a.shape[0], None] == ids[None, a.shape[0]:])
+
+    def pin(M, Ma):
+        M[rows, cols] = Ma[rows]
+        return M
+
+    C, T = pin(C, Ka), pin(np.array(T), Ta)
+    diag = [Ka.copy()] if per_layer else None
+    zero_T = np.zeros(())
+    with np.errstate(all="ignore"):
+        for _ in range(depth - 1):
+            outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, sw, sb, n_width)
+            da_out = f(Ka, Ka, Ka, Ta if want_ntk else zero_T, sw, sb, n_width)
+            db_out = da_out if same else f(Kb, Kb, Kb, Tb if want_ntk else zero_T, sw, sb, n_width)
+            Ka, Kb = _full(da_out[0], Ka.shape), _full(db_out[0], Kb.shape)
+            C = pin(_full(outs[0], C.shape), Ka)
+            if want_ntk:
+                Ta, Tb = _full(da_out[1], Ka.shape), _full(db_out[1], Kb.shape)
+                T = pin(_full(outs[1], C.shape), Ta)
+            if per_layer:
+                diag.append(Ka.copy())
+    bad = [name for name, v in (("nngp", C), ("ntk", T if want_ntk else C)) if not np.all(np.isfinite(v))]
+    if bad:
+        raise ValueError(f"the {bad[0]} kernel is not finite at depth {depth} for sigma_w={sw:g}, "
+                         f"sigma_b={sb:g} (beyond float64, or a normalisation of a zero signal)")
+    # a two-point form that divides by a Gram determinant (GELU's (1+K1)(1+K2) - K12^2) loses float64
+    # precision for near-parallel inputs once K^2 eps exceeds 1 + K1 + K2 (K >~ 1e8): refuse rather than
+    # return numbers that break Cauchy-Schwarz
+    with np.errstate(all="ignore"):
+        for name, M, da_, db_ in (("nngp", C, Ka, Kb), ("ntk", T, Ta, Tb)) if want_ntk else (("nngp", C, Ka, Kb),):
+            if np.any(np.abs(M) > np.sqrt(da_)[:, None] * np.sqrt(db_)[None, :] * (1 + 1e-8)):
+                raise ValueError(f"the {name} Gram matrix lost float64 precision at depth {depth} for "
+                                 f"sigma_w={sw:g}, sigma_b={sb:g} (kernels ~{np.max(np.abs(da_)):.1e} with "
+                                 "near-parallel inputs); see meanfield.gram, Numerics")
+    return Kernels(spec, sw, sb, depth, parameterization, float(width) if width is not None else None,
+                   C if "nngp" in get else None, T if want_ntk else None,
+                   np.array(diag) if per_layer else None)

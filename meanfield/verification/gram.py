@@ -1,0 +1,169 @@
+r"""Monte-Carlo twin of :func:`meanfield.kernels`: empirical NNGP and NTK Gram matrices.
+
+The network is the torch realisation of the same primitive tree
+(:func:`meanfield.verification.networks.realise`, weights drawn per
+initialisation from its own generator), on the given inputs:
+h^1 = W x + b, then depth - 1 blocks; the output is h^depth, of ``width``
+units.
+
+* Empirical NNGP: for each initialisation i,
+  K_i(a, b) = (1/N) sum_k h_k(x_a) h_k(x_b) over the N output units; the
+  estimate is the mean over initialisations, with its standard error.
+* Empirical NTK: the network's Gaussian draws (the trained variables w, beta
+  of the NTK parameterisation, W = sigma_w w / sqrt(n), b = sigma_b beta)
+  are made leaves of a function F(draws) -> outputs, and
+  Theta_i(a, b) = (1/|k|) sum_k sum_theta dh_k(x_a)/dtheta dh_k(x_b)/dtheta
+  over ``n_outputs`` output units k, by ``torch.func.vjp`` with the
+  cotangents of the batch vmapped (one reverse pass per unit for all inputs).
+  The standard parameterisation trains W and b themselves:
+  dh/dW = dh/dw sqrt(n)/sigma_w, dh/db = dh/dbeta / sigma_b (so it needs
+  sigma_w, sigma_b > 0 and the scales of every Dense node to be the symbols).
+
+Both are unbiased for the finite-width kernels; the finite-width NTK differs
+from its limit by O(depth/width) (Hanin & Nica 2019), which the tests allow for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy as sp
+import torch
+
+from .. import symbols as S
+from .._serialize import Result
+from .._validate import check_choice, check_int, check_real
+from ..calculus import Dense, as_architecture
+from .montecarlo import _seed_for, resolve_device
+from .networks import Context, input_layer, realise
+
+__all__ = ["EmpiricalKernels", "empirical_kernels"]
+
+
+class _ReplayContext(Context):
+    """A Context whose Gaussian draws are recorded (first pass) or replayed from given tensors."""
+
+    def __init__(self, *args, replay=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.replay = replay
+        self.record = []
+
+    def normal(self, shape):
+        if self.replay is not None:
+            t = self.replay[len(self.record)]
+            self.record.append(t)
+            return t
+        t = super().normal(shape)
+        self.record.append(t)
+        return t
+
+
+@dataclass(frozen=True, repr=False)
+class EmpiricalKernels(Result):
+    """Monte-Carlo NNGP / NTK Gram matrices (mean over initialisations and their standard errors).
+
+    ``nngp``, ``ntk`` and ``*_se``: shape (n1, n2), float64 (None when not asked for).
+    """
+
+    architecture: object
+    sigma_w: float
+    sigma_b: float
+    depth: int
+    width: int
+    n_init: int
+    parameterization: str
+    nngp: np.ndarray | None
+    nngp_se: np.ndarray | None
+    ntk: np.ndarray | None
+    ntk_se: np.ndarray | None
+
+
+def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, width=256, n_init=8,
+                      parameterization="ntk", get=("nngp", "ntk"), n_outputs=2, seed=0, device=None,
+                      dtype=torch.float64) -> EmpiricalKernels:
+    """Empirical NNGP and NTK of the realised network on the rows of x1 (and x2): see the module docs.
+
+    Parameters mirror :func:`meanfield.kernels`; ``width`` is the hidden and
+    output width, ``n_init`` the number of initialisations, ``n_outputs``
+    the output units per initialisation whose NTK is computed (each costs
+    one vmapped reverse pass).
+    """
+    spec = as_architecture(arch)
+    if spec.has_tokens:
+        raise ValueError("arch acts along tokens (ResMLP / MLP-Mixer); empirical Gram matrices are for MLPs")
+    check_choice("parameterization", parameterization, ("ntk", "standard"))
+    get = (get,) if isinstance(get, str) else tuple(get)
+    if not get or any(g not in ("nngp", "ntk") for g in get):
+        raise ValueError(f"get must be 'nngp', 'ntk' or a tuple of them, got {get!r}")
+    depth = check_int("depth", depth, 1)
+    width = check_int("width", width, 1)
+    n_init = check_int("n_init", n_init, 2)
+    n_outputs = check_int("n_outputs", n_outputs, 1, width)
+    sw = float(check_real("sigma_w", sigma_w, minimum=0))
+    sb = float(check_real("sigma_b", sigma_b, minimum=0))
+    want_ntk = "ntk" in get
+    if want_ntk and parameterization == "standard":
+        if sw == 0 or sb == 0:
+            raise ValueError("the standard parameterisation's empirical NTK is read off the NTK one by "
+                             "rescaling gradients: it needs sigma_w > 0 and sigma_b > 0")
+        if any(isinstance(p, Dense) and (p.sigma_w != S.sigma_w or p.sigma_b != S.sigma_b) for p in spec.nodes()):
+            raise ValueError("the standard parameterisation's empirical NTK needs every dense() at the "
+                             "symbols sigma_w, sigma_b (no numbers fixed in the tree)")
+    device = resolve_device(device)
+    a = torch.as_tensor(np.asarray(x1, dtype=np.float64))
+    b = a if x2 is None else torch.as_tensor(np.asarray(x2, dtype=np.float64))
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"x1, x2 must be 2-d arrays (n, d) with the same d, got {tuple(a.shape)}, {tuple(b.shape)}")
+    n1 = a.shape[0]
+    x = torch.cat([a, b]) if x2 is not None else a
+    B, d = x.shape
+    x = x.to(device=device, dtype=dtype).view(1, 1, 1, B, 1, d)
+    params = {"sigma_w": [sw], "sigma_b": [sb], "mu": spec.mu if spec.mu is not None else 0.0,
+              "eps": spec.eps if spec.eps is not None else 1.0}
+    inp, block = input_layer(width), realise(spec)
+
+    def net(ctx):
+        z = inp(x, ctx)
+        for _ in range(depth - 1):
+            z = block(z, ctx)
+        return z[0, 0, 0, :, 0, :]          # (B, width)
+
+    K_i, T_i = [], []
+    for i in range(n_init):
+        gen = torch.Generator(device=device).manual_seed(_seed_for(seed, i, 7))
+        ctx = _ReplayContext([gen], params, device, dtype)
+        with torch.no_grad():
+            h = net(ctx)
+        if "nngp" in get:
+            K_i.append((h @ h.T / width).double().cpu().numpy())
+        if not want_ntk:
+            continue
+        draws = [t.detach() for t in ctx.record]
+
+        def F(*ws):
+            return net(_ReplayContext([gen], params, device, dtype, replay=ws))[:, :n_outputs]
+
+        _, vjp = torch.func.vjp(F, *draws)
+        eye = torch.eye(B, device=device, dtype=dtype)
+        theta = torch.zeros(B, B, device=device, dtype=torch.float64)
+        for k in range(n_outputs):
+            cot = torch.zeros(B, B, n_outputs, device=device, dtype=dtype)
+            cot[:, :, k] = eye
+            grads = torch.func.vmap(vjp)(cot)       # tuple over draws of (B, 1, *shape)
+            for g in grads:
+                gf = g.reshape(B, -1)
+                if parameterization == "standard":
+                    # a weight draw (1, out, fan_in): dW = dw sqrt(n)/sigma_w; a bias draw (1, out): db = dbeta/sigma_b
+                    gf = gf * (np.sqrt(g.shape[-1]) / sw if g.dim() == 4 else 1.0 / sb)
+                theta += (gf @ gf.T).double()
+        T_i.append((theta / n_outputs).cpu().numpy())
+
+    def stats(lst):
+        if not lst:
+            return None, None
+        arr = np.array(lst)
+        m, se = arr.mean(0), arr.std(0, ddof=1) / np.sqrt(len(arr))
+        return (m[:n1, :n1], se[:n1, :n1]) if x2 is None else (m[:n1, n1:], se[:n1, n1:])
+
+    (K, Kse), (T, Tse) = stats(K_i), stats(T_i)
+    return EmpiricalKernels(spec, sw, sb, depth, width, n_init, parameterization, K, Kse, T, Tse)

@@ -1,0 +1,319 @@
+"""NNGP / NTK Gram matrices (meanfield.kernels) against independent references.
+
+* mpmath at 40 digits: the recursion of a plain ReLU / erf MLP evaluated
+  layer by layer, each two-point Gaussian expectation E[f(u) g(v)] by mpmath
+  quadrature over u of the conditional expectation E[g(v) | u], v | u ~
+  N(K12 u / K1, K2 - K12^2 / K1), from one-dimensional Gaussian identities
+  (E[relu(v)] = m Phi(m/s) + s phi(m/s), E[1{v>0}] = Phi(m/s),
+  E[erf(v)] = erf(m / sqrt(1 + 2 s^2)), E[e^{-v^2}] = e^{-m^2/(1+2s^2)} / sqrt(1 + 2 s^2));
+  none of the arc-cosine / arcsine closed forms the package uses.
+* the single-input kernel_profile on the diagonal (unit-norm inputs);
+* symmetry and positive semi-definiteness (eigenvalues);
+* Monte Carlo (meanfield.verification.gram): the empirical NNGP over
+  initialisations and the empirical NTK by torch.func, within error bars.
+"""
+import mpmath as mp
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.gram import Kernels, kernels
+
+
+# ---------------------------------------------------------------------------
+# The mpmath reference (independent of the package's formulas).
+# ---------------------------------------------------------------------------
+def _phi(z):
+    return mp.exp(-z * z / 2) / mp.sqrt(2 * mp.pi)
+
+
+def _Phi(z):
+    return mp.erfc(-z / mp.sqrt(2)) / 2
+
+
+def _act(name, u):
+    if name == "relu":
+        return max(u, 0), (mp.mpf(1) if u > 0 else mp.mpf(0))
+    return mp.erf(u), 2 / mp.sqrt(mp.pi) * mp.exp(-u * u)
+
+
+def _cond(name, m, s):
+    """(E[phi(v)], E[phi'(v)]) for v ~ N(m, s^2)."""
+    if name == "relu":
+        if s == 0:
+            return _act(name, m)
+        return m * _Phi(m / s) + s * _phi(m / s), _Phi(m / s)
+    a = 1 + 2 * s * s
+    return mp.erf(m / mp.sqrt(a)), 2 / mp.sqrt(mp.pi) * mp.exp(-m * m / a) / mp.sqrt(a)
+
+
+def _expect2(name, K1, K2, K12):
+    """E[phi(u) phi(v)], E[phi'(u) phi'(v)] for Var u = K1, Var v = K2, Cov = K12."""
+    s1, r = mp.sqrt(K1), K12 / K1
+    s2 = K2 - K12 * K12 / K1
+    s = mp.sqrt(s2) if s2 > 0 else mp.mpf(0)
+    pts = [-mp.inf, -6, -2, 0, 2, 6, mp.inf]
+
+    def g(z, k):
+        u = s1 * z
+        return _act(name, u)[k] * _cond(name, r * u, s)[k] * _phi(z)
+
+    return mp.quad(lambda z: g(z, 0), pts), mp.quad(lambda z: g(z, 1), pts)
+
+
+def mp_gram(name, x, y, depth, sw, sb, param="ntk", width=None, dps=40):
+    """(K^depth(x, y), Theta^depth(x, y)) of the MLP h^{l+1} = W phi(h^l) + b, at ``dps`` digits."""
+    with mp.workdps(dps):
+        x = [mp.mpf(float(v)) for v in x]
+        y = [mp.mpf(float(v)) for v in y]
+        d, sw, sb = len(x), mp.mpf(sw), mp.mpf(sb)
+
+        def dot(p, q):
+            return mp.fsum(a * b for a, b in zip(p, q))
+
+        raw = {(0, 0): dot(x, x), (1, 1): dot(y, y), (0, 1): dot(x, y)}
+        K = {k: sw**2 * v / d + sb**2 for k, v in raw.items()}
+        T = dict(K) if param == "ntk" else {k: v + 1 for k, v in raw.items()}
+        for _ in range(depth - 1):
+            K2, T2 = {}, {}
+            for (i, j), kij in K.items():
+                e, ed = _expect2(name, K[(i, i)], K[(j, j)], kij)
+                K2[(i, j)] = sw**2 * e + sb**2
+                own = K2[(i, j)] if param == "ntk" else width * e + 1
+                T2[(i, j)] = own + sw**2 * ed * T[(i, j)]
+            K, T = K2, T2
+        return K[(0, 1)], T[(0, 1)]
+
+
+_X = np.array([1.0, 0.5, -0.3])
+_TH = np.sqrt(2e-12)   # 1 - cos(_TH) = 1e-12
+PAIRS = {
+    "different norms": (_X, 1.7 * np.array([-0.4, 2.0, 1.1])),
+    "near-parallel": (_X, 2.5 * (_X + 1e-4 * np.array([0.3, -0.2, 0.7]))),
+    "antiparallel": (_X, -0.7 * _X),
+    "correlation 1 - 1e-12": (np.array([1.0, 0.0, 0.0]), 3.0 * np.array([np.cos(_TH), np.sin(_TH), 0.0])),
+    "identical": (_X, _X),
+}
+
+
+@pytest.mark.parametrize("pair", list(PAIRS))
+@pytest.mark.parametrize("name, depth", [("relu", 4), ("erf", 3)])
+def test_against_mpmath(name, depth, pair):
+    x, y = PAIRS[pair]
+    K, T = mp_gram(name, x, y, depth, 1.4, 0.3)
+    r = kernels(name, x[None], y[None], depth=depth, sigma_w=1.4, sigma_b=0.3)
+    assert r.nngp.shape == r.ntk.shape == (1, 1)
+    assert abs(r.nngp[0, 0] / float(K) - 1) < 1e-13
+    assert abs(r.ntk[0, 0] / float(T) - 1) < 1e-13
+
+
+@pytest.mark.parametrize("name", ["relu", "erf"])
+def test_standard_parameterisation_against_mpmath(name):
+    x, y = PAIRS["different norms"]
+    K, T = mp_gram(name, x, y, 3, 1.2, 0.5, param="standard", width=300)
+    r = kernels(name, x[None], y[None], depth=3, sigma_w=1.2, sigma_b=0.5, parameterization="standard", width=300)
+    assert abs(r.nngp[0, 0] / float(K) - 1) < 1e-13
+    assert abs(r.ntk[0, 0] / float(T) - 1) < 1e-13
+    # the NNGP does not depend on the parameterisation
+    r2 = kernels(name, x[None], y[None], depth=3, sigma_w=1.2, sigma_b=0.5, get="nngp")
+    assert r2.nngp[0, 0] == pytest.approx(r.nngp[0, 0], rel=1e-15) and r2.ntk is None
+
+
+# ---------------------------------------------------------------------------
+# The diagonal is the single-input recursion.
+# ---------------------------------------------------------------------------
+ARCHS = {
+    "relu": mf.Architecture("relu"),
+    "erf": mf.Architecture("erf"),
+    "gelu ln_pre": mf.Architecture("gelu", norm="ln_pre"),
+    "gelu ln_post": mf.Architecture("gelu", norm="ln_post"),
+    "relu mu": mf.Architecture("relu", mu=0.7),
+    "tree": mf.Network(mf.residual(mf.rms_norm(), mf.act("gelu"), mf.dense(), mf.scale(0.5)), mu=0.9),
+    "tanh (quadrature)": mf.Architecture("tanh"),
+}
+
+
+@pytest.mark.parametrize("key", list(ARCHS))
+def test_diagonal_is_kernel_profile(key):
+    arch = ARCHS[key]
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 7))
+    x *= np.sqrt(7) / np.linalg.norm(x, axis=1, keepdims=True)          # |x|^2 / d = 1
+    depth = 6
+    r = kernels(arch, x, depth=depth, sigma_w=1.3, sigma_b=0.2, per_layer=True)
+    prof = mf.kernel_profile(arch, sigma_w=1.3, sigma_b=0.2, depth=depth)
+    np.testing.assert_allclose(r.nngp_diag, np.tile(prof.K[:, None], (1, 3)), rtol=1e-12)
+    np.testing.assert_allclose(np.diag(r.nngp), prof.K[-1], rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# Structure: symmetric, PSD, finite where neural-tangents is known to fail.
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("key", ["relu", "erf", "gelu ln_pre", "gelu ln_post", "tree"])
+def test_symmetric_psd(key):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((40, 10)) * rng.uniform(0.1, 3.0, size=(40, 1))
+    x[1] = 2.0 * x[0]                      # parallel, different norm
+    x[2] = -x[0]                           # antiparallel
+    r = kernels(ARCHS[key], x, depth=8, sigma_w=1.5, sigma_b=0.1)
+    for M in (r.nngp, r.ntk):
+        assert np.array_equal(M, M.T)
+        ev = np.linalg.eigvalsh(M)
+        assert ev.min() >= -1e-12 * ev.max()
+
+
+def test_x2_is_the_cross_block():
+    rng = np.random.default_rng(3)
+    x1, x2 = rng.standard_normal((5, 4)), rng.standard_normal((3, 4)) * 2
+    full = kernels("gelu", np.vstack([x1, x2]), depth=5, sigma_w=1.2, sigma_b=0.3)
+    cross = kernels("gelu", x1, x2, depth=5, sigma_w=1.2, sigma_b=0.3)
+    assert cross.nngp.shape == (5, 3)
+    np.testing.assert_allclose(cross.nngp, full.nngp[:5, 5:], rtol=1e-14)
+    np.testing.assert_allclose(cross.ntk, full.ntk[:5, 5:], rtol=1e-14)
+
+
+@pytest.mark.parametrize("name, sw, sb, depth", [("relu", 2.0, 0.0, 60), ("erf", 4.0, 0.0, 500),
+                                                 ("erf", 1.0, 0.0, 300), ("gelu", 3.0, 0.5, 10)])
+def test_finite_near_correlation_one_and_deep_chaos(name, sw, sb, depth):
+    x = np.array([[1.0, 0.0], [1.0, 1e-9], [2.0, 1e-15], [3.0, 0.0], [-1.0, 0.0]])
+    r = kernels(name, x, depth=depth, sigma_w=sw, sigma_b=sb)
+    for M in (r.nngp, r.ntk):
+        assert np.all(np.isfinite(M))
+        D = np.sqrt(np.outer(np.diag(M), np.diag(M)))
+        assert np.all(np.abs(M) <= D * (1 + 1e-12))        # Cauchy-Schwarz
+
+
+def test_precision_loss_is_refused():
+    # GELU's two-point form divides by (1+K1)(1+K2) - K12^2: at K ~ 1e26 and parallel inputs float64 cannot
+    # carry it; the result is a ValueError, never a NaN or a matrix that breaks Cauchy-Schwarz
+    x = np.array([[1.0, 0.0], [2.0, 1e-15]])
+    with pytest.raises(ValueError, match="precision|finite"):
+        kernels("gelu", x, depth=40, sigma_w=3.0, sigma_b=0.5)
+
+
+def test_identical_inputs_stay_correlated_in_chaos():
+    # chaotic erf / GELU+ln_post: correlation 1 is unstable, yet identical inputs must keep K(x, x) = K^l(x)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((30, 8)) * rng.uniform(0.1, 3, size=(30, 1))
+    x[5] = x[3]
+    for arch, sw in ((mf.Architecture("erf"), 3.0), (mf.Architecture("gelu", norm="ln_post"), 1.5)):
+        r = kernels(arch, x, x[:4], depth=80, sigma_w=sw, sigma_b=0.1, per_layer=True)
+        np.testing.assert_array_equal(r.nngp[[0, 1, 2, 3, 5], [0, 1, 2, 3, 3]], r.nngp_diag[-1][[0, 1, 2, 3, 5]])
+        full = kernels(arch, x, depth=80, sigma_w=sw, sigma_b=0.1)
+        np.testing.assert_array_equal(np.diag(full.ntk)[:4], np.diag(r.ntk[:4]))
+        assert full.ntk[3, 5] == full.ntk[3, 3]
+
+
+def test_relu_parallel_inputs_exact():
+    # parallel inputs, sigma_b = 0: ReLU is positively homogeneous, so K(x, 2x) = 2 K(x, x) at every depth
+    x = np.array([[0.3, -1.2, 0.5], [0.6, -2.4, 1.0]])
+    r = kernels("relu", x, depth=30, sigma_w=1.5, sigma_b=0.0)
+    assert r.nngp[0, 1] == pytest.approx(2 * r.nngp[0, 0], rel=1e-14)
+    assert r.ntk[0, 1] == pytest.approx(2 * r.ntk[0, 0], rel=1e-14)
+
+
+# ---------------------------------------------------------------------------
+# Refusals and results.
+# ---------------------------------------------------------------------------
+def test_bad_inputs():
+    x = np.ones((2, 3))
+    with pytest.raises(ValueError, match="batch_norm"):
+        kernels(mf.Architecture("relu", norm="bn"), x, depth=3, sigma_w=1, sigma_b=0)
+    with pytest.raises(ValueError, match="tokens"):
+        kernels(mf.Architecture("gelu", block="mixer"), x, depth=3, sigma_w=1, sigma_b=0)
+    with pytest.raises(ValueError, match="width"):
+        kernels("relu", x, depth=3, sigma_w=1, sigma_b=0, parameterization="standard")
+    with pytest.raises(ValueError, match="parameterization"):
+        kernels("relu", x, depth=3, sigma_w=1, sigma_b=0, parameterization="mup")
+    with pytest.raises(ValueError, match="get"):
+        kernels("relu", x, depth=3, sigma_w=1, sigma_b=0, get="cov")
+    with pytest.raises(ValueError, match="x1"):
+        kernels("relu", np.ones(3), depth=3, sigma_w=1, sigma_b=0)
+    with pytest.raises(ValueError, match="x1"):
+        kernels("relu", np.array([[1.0, np.nan]]), depth=3, sigma_w=1, sigma_b=0)
+    with pytest.raises(ValueError, match="same number of features"):
+        kernels("relu", x, np.ones((2, 4)), depth=3, sigma_w=1, sigma_b=0)
+    with pytest.raises(ValueError, match="depth"):
+        kernels("relu", x, depth=0, sigma_w=1, sigma_b=0)
+    with pytest.raises(ValueError, match="sigma_w"):
+        kernels("relu", x, depth=3, sigma_w=-1, sigma_b=0)
+    # a normalisation of a zero signal is 0/0: refused, not NaN
+    with pytest.raises(ValueError, match="not finite"):
+        kernels(mf.Architecture("relu", norm="ln_pre"), np.zeros((2, 3)), depth=3, sigma_w=1, sigma_b=0)
+
+
+def test_save_load(tmp_path):
+    x = np.random.default_rng(4).standard_normal((4, 3))
+    r = kernels(mf.Architecture("erf", norm="ln_post"), x, depth=4, sigma_w=1.1, sigma_b=0.2)
+    assert "Kernels(" in repr(r) and "nngp" in repr(r)
+    for suf in ("json", "npz"):
+        back = Kernels.load(r.save(tmp_path / f"k.{suf}"))
+        np.testing.assert_array_equal(back.nngp, r.nngp)
+        np.testing.assert_array_equal(back.ntk, r.ntk)
+        assert str(back.architecture) == str(r.architecture)
+
+
+# ---------------------------------------------------------------------------
+# Monte Carlo.
+# ---------------------------------------------------------------------------
+def _agree(emp, ana, se, rel_bias):
+    """|empirical - analytic| <= 4.5 standard errors + an allowance for the finite-width bias."""
+    return np.abs(emp - ana) <= 4.5 * se + rel_bias * np.abs(ana)
+
+
+MC_CASES = [("relu", "ntk"), ("erf", "standard"), ("gelu ln_post", "ntk")]
+
+
+@pytest.mark.parametrize("key, param", MC_CASES)
+def test_monte_carlo_shallow(key, param):
+    pytest.importorskip("torch")
+    from meanfield.verification.gram import empirical_kernels
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 16)) * np.array([[1.0], [2.0], [0.5], [1.5]])
+    kw = dict(depth=4, sigma_w=1.3, sigma_b=0.4, parameterization=param)
+    e = empirical_kernels(ARCHS[key], x, width=256, n_init=16, **kw)
+    r = kernels(ARCHS[key], x, width=256, **kw)
+    assert np.all(_agree(e.nngp, r.nngp, e.nngp_se, 0.0))
+    assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * 4 / 256))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key, sw, sb", [("relu", 2 ** 0.5, 0.0), ("erf", 1.3, 0.3), ("gelu ln_post", 1.0, 0.5)])
+def test_monte_carlo_deep_wide(key, sw, sb):
+    """depth 20, width 512: empirical NNGP and NTK against the analytic Gram matrices."""
+    pytest.importorskip("torch")
+    from meanfield.verification.gram import empirical_kernels
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((4, 32)) * np.array([[1.0], [2.0], [0.5], [1.5]])
+    kw = dict(depth=20, sigma_w=sw, sigma_b=sb)
+    e = empirical_kernels(ARCHS[key], x, width=512, n_init=12, n_outputs=2, **kw)
+    r = kernels(ARCHS[key], x, **kw)
+    assert np.all(_agree(e.nngp, r.nngp, e.nngp_se, 0.0))
+    assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * 20 / 512))
+
+
+# ---------------------------------------------------------------------------
+# Command line.
+# ---------------------------------------------------------------------------
+def test_cli(tmp_path):
+    from meanfield.cli import main
+
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal((5, 4)), rng.standard_normal((2, 4))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    out = tmp_path / "k.npz"
+    rc = main(["kernels", "--inputs", str(tmp_path / "x.npy"), "--inputs2", str(tmp_path / "y.npy"),
+               "--depth", "6", "--activation", "erf", "--norm", "ln_pre", "--sigma-w", "1.5", "--sigma-b", "0.1",
+               "--out", str(out)])
+    assert rc == 0
+    r = Kernels.load(out)
+    ref = kernels(mf.Architecture("erf", norm="ln_pre"), x, y, depth=6, sigma_w=1.5, sigma_b=0.1)
+    np.testing.assert_array_equal(r.nngp, ref.nngp)
+    np.testing.assert_array_equal(r.ntk, ref.ntk)
+    assert main(["kernels", "--inputs", str(tmp_path / "x.npy"), "--depth", "3", "--sigma-w", "1", "--sigma-b",
+                 "0", "--parameterization", "standard", "--out", str(out)]) == 2
+    assert main(["kernels", "--inputs", str(tmp_path / "nope.npy"), "--depth", "3", "--sigma-w", "1",
+                 "--sigma-b", "0", "--out", str(out)]) == 2
