@@ -60,7 +60,8 @@ from sympy.printing.pycode import PythonCodePrinter
 from . import symbols as S
 from .calculus import Architecture, as_architecture
 from .gaussian import (GaussianExpectation, GaussianExpectation2, QUAD1_SOURCE, QUAD_ES_T, QUAD_MAX_LEVEL,
-                       QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, _TOL_BASE, _TOL_REFINED, pieces)
+                       QUAD_MAX_LEVEL_2D, QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, _TOL_BASE, _TOL_REFINED,
+                       pieces, two_point_cuts)
 from .symbolic import recursion
 
 __all__ = ["W", "T", "ARGS", "FUNCTIONS", "CompiledRecursion", "compiled", "generate_source",
@@ -178,7 +179,24 @@ class _Gen:
         self._check(code, expr)
         return code
 
+    @staticmethod
+    def _engine(name, integrand, extra=""):
+        """The scalar engine of meanfield.gaussian.QUAD1_SOURCE as function ``name``, with
+        F_(h) replaced by ``integrand`` + "h)" and ``extra`` parameters appended."""
+        src = QUAD1_SOURCE[QUAD1_SOURCE.index("def _quad1_scalar("):QUAD1_SOURCE.index("def _segment(")]
+        src = src.replace("def _quad1_scalar(", f"def {name}(").replace("cuts, F_,", "cuts,")
+        if extra:
+            src = src.replace("tol0, tol):", f"tol0, tol, {extra}):", 1)
+        return src.replace("F_(", integrand).strip()
+
+    @staticmethod
+    def _rule(max_level):
+        return (f"{QUAD_STEP!r}, {QUAD_ES_T[0]!r}, {QUAD_ES_T[1]!r}, {QUAD_TS_T!r}, {QUAD_ZMAX!r}, "
+                f"{max_level!r}, {_TOL_BASE!r}, {_TOL_REFINED!r}")
+
     def quad1(self, f: sp.Lambda) -> str:
+        """E[f(h)], h ~ N(0, K), compiled: the engine of :func:`meanfield.gaussian.expect`
+        (split at 0 and the breakpoints of f, refined, NaN if not converged)."""
         key = sp.srepr(f)
         if key not in self.one:
             i = len(self.one)
@@ -186,24 +204,24 @@ class _Gen:
             info = pieces(f)
             self._body(fname, f.variables, info.expr)
             cuts = ", ".join(repr(c) for c in info.float_cuts)
-            # the engine of meanfield.gaussian, with the integrand compiled in
-            engine = QUAD1_SOURCE[QUAD1_SOURCE.index("def _quad1_scalar("):QUAD1_SOURCE.index("def _segment(")]
-            engine = engine.replace("def _quad1_scalar(", f"def _quad1_{i}(").replace("cuts, F_,", "cuts,")
-            engine = engine.replace("F_(", f"{fname}(")
             self.lines += [
                 f"_CUTS_{i} = np.array([{cuts}], dtype=np.float64)",
                 "",
                 f"@{_JIT}",
-                engine.strip(),
+                f"def _f1s_{i}(h):",
+                f"    v = {fname}(h)",
+                "    return v, abs(v)",
+                "",
+                "",
+                f"@{_JIT}",
+                self._engine(f"_quad1_{i}", f"_f1s_{i}("),
                 "",
                 "",
                 f"@{_JIT}",
                 f"def {qname}(K):",
                 "    if not K >= 0.0:",
                 "        return math.nan",
-                f"    val, scale, delta, ok = _quad1_{i}(math.sqrt(K), _CUTS_{i}, {QUAD_STEP!r}, "
-                f"{QUAD_ES_T[0]!r}, {QUAD_ES_T[1]!r}, {QUAD_TS_T!r}, {QUAD_ZMAX!r}, {QUAD_MAX_LEVEL!r}, "
-                f"{_TOL_BASE!r}, {_TOL_REFINED!r})",
+                f"    val, scale, delta, ok = _quad1_{i}(math.sqrt(K), _CUTS_{i}, {self._rule(QUAD_MAX_LEVEL)})",
                 "    # not converged at the finest level: NaN, which the solvers report",
                 "    return val if ok else math.nan",
                 "",
@@ -212,32 +230,64 @@ class _Gen:
         return self.one[key]
 
     def quad2(self, f: sp.Lambda) -> str:
+        """E[f(u, v)] compiled: the nested engine of :func:`meanfield.gaussian.expect2`.
+
+        u = sqrt(K1) z1 (outer level, split at u = 0 and the breakpoints of f
+        in u); given u, v = m + sd z with m = rho sqrt(K2) z1 and
+        sd = sqrt(K2 (1 - rho^2)) (inner level, split at v = 0 and the
+        breakpoints in v). The breakpoints are located once, here, at code
+        generation (:func:`meanfield.gaussian.two_point_cuts`). Both levels
+        refine (at most QUAD_MAX_LEVEL_2D halvings) against E|f|, and a
+        level that does not converge gives NaN, which the solvers report.
+        """
         key = sp.srepr(f)
         if key not in self.two:
             i = len(self.two)
             fname, qname = f"_f2_{i}", f"_E2_{i}"
             self._body(fname, f.variables, f.expr)
+            cuts_u, cuts_v = two_point_cuts(f)
+            rule = self._rule(QUAD_MAX_LEVEL_2D)
             self.lines += [
+                f"_CUTS2U_{i} = np.array([{', '.join(repr(c) for c in cuts_u)}], dtype=np.float64)",
+                f"_CUTS2V_{i} = np.array([{', '.join(repr(c) for c in (0.0, *cuts_v))}], dtype=np.float64)",
+                "",
+                f"@{_JIT}",
+                f"def _f2s_{i}(u, v):",
+                f"    r = {fname}(u, v)",
+                "    return r, abs(r)",
+                "",
+                "",
+                "# inner level: F_(h) = f(u_, m_ + h), h = v - m_ ~ N(0, sd^2)",
+                f"@{_JIT}",
+                self._engine(f"_quad2v_{i}", f"_f2s_{i}(u_, m_ + ", "u_, m_"),
+                "",
+                "",
+                f"@{_JIT}",
+                f"def _g2_{i}(a_, sd_, u):",
+                "    # (E[f(u, v) | u], E[|f(u, v)| | u]): the outer level's integrand and its scale",
+                "    m = a_ * u",
+                f"    val, scale, delta, ok = _quad2v_{i}(sd_, _CUTS2V_{i} - m, {rule}, u, m)",
+                "    return (val if ok else math.nan), scale",
+                "",
+                "",
+                "# outer level: F_(u) = (E[f | u], E[|f| | u])",
+                f"@{_JIT}",
+                self._engine(f"_quad2u_{i}", f"_g2_{i}(a_, sd_, ", "a_, sd_"),
+                "",
+                "",
                 f"@{_JIT}",
                 f"def {qname}(K1, K2, K12):",
+                "    if not (K1 >= 0.0 and K2 >= 0.0 and K12 == K12):",
+                "        return math.nan",
                 "    d = math.sqrt(K1 * K2)",
                 "    rho = 0.0",
                 "    if d > 0.0:",
                 "        rho = min(1.0, max(-1.0, K12 / d))",
                 "    s1 = math.sqrt(K1)",
-                "    a = rho * math.sqrt(K2)",
+                "    a = rho * math.sqrt(K2) / s1 if s1 > 0.0 else 0.0",
                 "    sd = math.sqrt(max(K2 * (1.0 - rho * rho), 0.0))",
-                "    acc = 0.0",
-                "    for i in range(_NQ):",
-                "        for sgn in (1.0, -1.0):",
-                "            z1 = sgn * _RU[i]",
-                "            u = s1 * z1",
-                "            m = a * z1",
-                "            inner = 0.0",
-                "            for j in range(_NQ):",
-                f"                inner += _RW[j] * ({fname}(u, m + sd * _RU[j]) + {fname}(u, m - sd * _RU[j]))",
-                "            acc += _RW[i] * inner",
-                "    return acc",
+                f"    val, scale, delta, ok = _quad2u_{i}(s1, _CUTS2U_{i}, {rule}, a, sd)",
+                "    return val if ok else math.nan",
                 "",
             ]
             self.two[key] = qname
@@ -328,7 +378,6 @@ def generate_source(arch) -> str:
         "import math",
         "from numba import cfunc, njit, types",
         "import numpy as np",
-        "from meanfield.gaussian import RULE_U as _RU, RULE_W as _RW",
         "",
         "",
         "# the node generators of the engine (meanfield.gaussian.QUAD1_SOURCE)",
@@ -345,7 +394,6 @@ def generate_source(arch) -> str:
         "        return a + math.log1p(math.exp(-a))",
         "    return math.log1p(math.exp(a))",
         "",
-        "_NQ = _RU.shape[0]",
         "_SIG = types.float64(types.int64, *([types.float64] * 6))",
         "",
     ]
