@@ -43,9 +43,16 @@ and J1 of f' at c contribute (J1 + J0 c / K) p_K(c) / 2), which equals the
 derivative on the Gaussian weight, E[f(h)(h^2 - K)] / (2 K^2)
 (:func:`expect_dK`), without its cancellation at small K.
 
-The two-point rule of :func:`expect2` (nested exp-sinh, inner rule centred
-where v = 0) splits only at u = 0 and v = 0; it refines where its error
-estimate is large. Two-point K-derivatives that would need delta terms on
+The two-point rule of :func:`expect2` is the engine nested in itself: the
+outer level over u split at u = 0 and the kinks of f in u, the inner one
+(v given u) at v = 0 and the kinks in v, each refined at most
+QUAD_MAX_LEVEL_2D = 3 times. The outer level's error is measured against
+E|f(u, v)| (its integrand carries E[|f| | u] as its scale), not against
+E|E[f | u]|, which vanishes where f cancels given u (C(0) = 0 of a DKS
+activation); an inner integral that did not converge passes its error on,
+and counts only with its Gaussian weight. The compiled modules run the
+same nested engine, with the integrand pasted in
+(:func:`meanfield.numeric._nested_source`). Two-point K-derivatives that would need delta terms on
 a line (a kinked factor differentiated twice) are NaN, not silently wrong.
 
 Accuracy limits worth knowing: the error is relative to E|f(h)|, so a
@@ -192,66 +199,90 @@ def _breaks(s, cuts, zmax):
     return np.sort(zc[:m])
 
 
-def _update(seg, part, part_abs, total, total_abs, tol0, tol):
+def _update(seg, part, part_abs, part_err, total, total_abs, total_err, tol0, tol):
     """One step of the nested trapezoid rule and its convergence test (both engines).
 
-    ``part``/``part_abs``: the weighted sums of F_ and of its scale over the
-    nodes of segment ``seg``. Segment 0 (the even nodes) gives I_(-1), the
-    rule with twice the step; each later segment halves the step:
+    ``part``, ``part_abs``, ``part_err``: the weighted sums over the nodes of
+    segment ``seg`` of F_'s value, its scale and its own error (nonzero
+    only for the outer level of the two-point rule: an inner integral that
+    did not converge). Segment 0 (the even nodes) gives I_(-1), the rule with
+    twice the step; each later segment halves the step:
     I_L = I_(L-1) / 2 + part. The estimate delta = |I_L - I_(L-1)| / S_L
     (S: the same rule applied to the scale, ~E|f|) is accepted at tol0 for
-    the base rule (L = 0) and at tol for a refined level.
-    Returns (I_L, S_L, delta, state): state 1 converged, 0 go on, -1 not finite.
+    the base rule (L = 0) and at tol for a refined level; the integrand's
+    own error E_L must then be below tol S_L too.
+    Returns (I_L, S_L, E_L, delta, state): 1 converged, 0 go on, -1 failed.
     """
     if seg == 0:
-        return 2.0 * part, 2.0 * part_abs, np.inf, 0
+        return 2.0 * part, 2.0 * part_abs, 2.0 * part_err, np.inf, 0
     new = 0.5 * total + part
     new_abs = 0.5 * total_abs + part_abs
+    new_err = 0.5 * total_err + part_err
     if not np.isfinite(new):
-        return new, new_abs, np.inf, -1
+        return new, new_abs, new_err, np.inf, -1
     diff = abs(new - total)
     delta = diff / new_abs if new_abs > 0.0 else diff
     if delta <= (tol0 if seg == 1 else tol):
-        return new, new_abs, delta, 1
-    return new, new_abs, delta, 0
+        # refining this level further would not reduce the integrand's own error
+        return new, new_abs, new_err, delta, (1 if new_err <= tol * new_abs else -1)
+    return new, new_abs, new_err, delta, 0
 
 
-def _quad1_scalar(s, cuts, F_, h0, es_lo, es_hi, ts_t, zmax, max_level, tol0, tol):
+def _quad1_scalar(s, cuts, F_, h0, es_lo, es_hi, ts_t, zmax, max_level, tol0, tol, es_tab, ts_tab):
     """The engine with a scalar integrand (what numba runs); see _quad1.
 
-    F_(h) returns (f(h), its scale |f|(h)) for one float h."""
+    F_(h) returns (f(h), its scale |f|(h), its error) for one float h.
+    ``es_tab``, ``ts_tab``: the nodes and weights of the base rule (step h0:
+    segments 0 and 1) from _base_tables, so that the common case, accepted
+    at the base level, computes no node; refined levels compute theirs."""
     if not s > 0.0:
-        a, aa = F_(1e-300)
-        b, bb = F_(-1e-300)
-        return 0.5 * (a + b), 0.5 * (aa + bb), 0.0, True
+        a, aa, ae = F_(1e-300)
+        b, bb, be = F_(-1e-300)
+        return 0.5 * (a + b), 0.5 * (aa + bb), 0.0, 0.5 * (ae + be) <= tol * 0.5 * (aa + bb)
     zc = _breaks(s, cuts, zmax)
     m = zc.size
     lo = zc[0]
     hi = zc[m - 1]
+    # the tables hold the base rule of exactly this h0 and t range (else they are not used)
+    tab = (es_tab.shape[0] == _seg_range(1, h0, es_lo, es_hi)[1]
+           and ts_tab.shape[0] == _seg_range(1, h0, -ts_t, ts_t)[1])
     total = 0.0
     total_abs = 0.0
+    total_err = 0.0
     delta = np.inf
     for seg in range(max_level + 2):
         part = 0.0
         part_abs = 0.0
+        part_err = 0.0
         k0, k1, dk, step = _seg_range(seg, h0, es_lo, es_hi)
         for k in range(k0, k1, dk):
-            u, w = _es_node(es_lo + step * k, step)
+            if seg <= 1 and tab:
+                u = es_tab[k, 0]
+                w = es_tab[k, 1]
+            else:
+                u, w = _es_node(es_lo + step * k, step)
             if w > 0.0:
-                wl = w * np.exp(lo * u - 0.5 * lo * lo)
+                wl = w * np.exp(lo * u - 0.5 * lo * lo) if lo != 0.0 else w
                 if wl > 0.0:
-                    v, va = F_(s * (lo - u))
+                    v, va, ve = F_(s * (lo - u))
                     part += v * wl
                     part_abs += va * wl
-                wr = w * np.exp(-hi * u - 0.5 * hi * hi)
+                    part_err += ve * wl
+                wr = w * np.exp(-hi * u - 0.5 * hi * hi) if hi != 0.0 else w
                 if wr > 0.0:
-                    v, va = F_(s * (hi + u))
+                    v, va, ve = F_(s * (hi + u))
                     part += v * wr
                     part_abs += va * wr
+                    part_err += ve * wr
         if m > 1:
             k0, k1, dk, step = _seg_range(seg, h0, -ts_t, ts_t)
             for k in range(k0, k1, dk):
-                sk, ck, wk = _ts_node(-ts_t + step * k, step)
+                if seg <= 1 and tab:
+                    sk = ts_tab[k, 0]
+                    ck = ts_tab[k, 1]
+                    wk = ts_tab[k, 2]
+                else:
+                    sk, ck, wk = _ts_node(-ts_t + step * k, step)
                 for j in range(m - 1):
                     a = zc[j]
                     b = zc[j + 1]
@@ -259,13 +290,26 @@ def _quad1_scalar(s, cuts, F_, h0, es_lo, es_hi, ts_t, zmax, max_level, tol0, to
                     z = a + L * sk if sk <= 0.5 else b - L * ck
                     ww = L * wk * np.exp(-0.5 * z * z) * 0.3989422804014327
                     if ww > 0.0:
-                        v, va = F_(s * z)
+                        v, va, ve = F_(s * z)
                         part += v * ww
                         part_abs += va * ww
-        total, total_abs, delta, state = _update(seg, part, part_abs, total, total_abs, tol0, tol)
+                        part_err += ve * ww
+        total, total_abs, total_err, delta, state = _update(seg, part, part_abs, part_err, total, total_abs,
+                                                            total_err, tol0, tol)
         if state != 0:
             return total, total_abs, delta, state == 1
     return total, total_abs, delta, False
+
+
+def _base_tables(h0, es_lo, es_hi, ts_t):
+    """(es_tab, ts_tab): rows (u, w) of the exp-sinh and (s, 1 - s, w) of the tanh-sinh
+    nodes at t = t_lo + k h0, k = 0..n0 (the base rule: segments 0 and 1), by the
+    same node functions as the engine, vectorised."""
+    k = np.arange(_seg_range(1, h0, es_lo, es_hi)[1])
+    es_tab = np.stack(_es_node(es_lo + h0 * k, h0), axis=1)
+    k = np.arange(_seg_range(1, h0, -ts_t, ts_t)[1])
+    ts_tab = np.stack(_ts_node(-ts_t + h0 * k, h0), axis=1)
+    return np.ascontiguousarray(es_tab), np.ascontiguousarray(ts_tab)
 
 
 def _segment(zc, seg, h0, es_lo, es_hi, ts_t):
@@ -295,10 +339,13 @@ def _segment(zc, seg, h0, es_lo, es_hi, ts_t):
 def _quad1(s, cuts, F_, h0, es_lo, es_hi, ts_t, zmax, max_level, tol0, tol):
     """E[F_(s z)], z ~ N(0, 1), split at z = 0 and at z = cuts / s.
 
-    F_ maps an array of h to (f(h), scale(h)): the scale is |f(h)| for a
-    plain integrand and E[|f| | h] for the outer level of a nested one, so
-    that the error is always measured against E|f| (a conditional mean that
-    cancels, as E[f(u) f(v) | u] at zero correlation, is still accepted).
+    F_ maps an array of h to (f(h), scale(h), error(h)): the scale is |f(h)|
+    and the error 0 for a plain integrand; for the outer level of a nested
+    one they are E[|f| | h] and the inner level's error estimate where it
+    did not converge, so that the error is always measured against E|f| (a
+    conditional mean that cancels, as E[f(u) f(v) | u] at zero correlation,
+    is still accepted, and an inner integral that does not converge where
+    the Gaussian weight is 1e-30 does not matter).
     Returns (value, E[scale], relative error estimate, converged). Every
     level halves the step of all pieces; the estimate is
     |I_L - I_(L-1)| / E[scale] (I_(-1): the even nodes of level 0, i.e. twice
@@ -306,16 +353,18 @@ def _quad1(s, cuts, F_, h0, es_lo, es_hi, ts_t, zmax, max_level, tol0, tol):
     """
     if not s > 0.0:
         # the limit K -> 0+: the mean of f(0+) and f(0-) where f jumps at 0
-        v, a = F_(np.array([1e-300, -1e-300]))
-        return 0.5 * np.sum(v), 0.5 * np.sum(a), 0.0, True
+        v, a, e = F_(np.array([1e-300, -1e-300]))
+        return 0.5 * np.sum(v), 0.5 * np.sum(a), 0.0, np.sum(e) <= tol * np.sum(a)
     zc = _breaks(s, cuts, zmax)
     total = 0.0
     total_abs = 0.0
+    total_err = 0.0
     delta = np.inf
     for seg in range(max_level + 2):
         z, w = _segment(zc, seg, h0, es_lo, es_hi, ts_t)
-        v, a = F_(s * z)
-        total, total_abs, delta, state = _update(seg, np.sum(v * w), np.sum(a * w), total, total_abs, tol0, tol)
+        v, a, e = F_(s * z)
+        total, total_abs, total_err, delta, state = _update(seg, np.sum(v * w), np.sum(a * w), np.sum(e * w),
+                                                            total, total_abs, total_err, tol0, tol)
         if state != 0:
             return total, total_abs, delta, state == 1
     return total, total_abs, delta, False
@@ -330,23 +379,28 @@ def _engine() -> dict:
     return namespace
 
 
-def quad1(f, s, cuts=(), max_level=None, scale=None):
+@functools.lru_cache(maxsize=1)
+def quad_tables():
+    """The base rule's node tables (es_tab, ts_tab) for the package's rule constants
+    (read-only; the compiled engines take them as arguments)."""
+    es_tab, ts_tab = _engine()["_base_tables"](QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T)
+    es_tab.setflags(write=False)
+    ts_tab.setflags(write=False)
+    return es_tab, ts_tab
+
+
+def quad1(f, s, cuts=(), max_level=None):
     """E[f(s z)], z ~ N(0, 1), by the piecewise engine (numpy).
 
     Returns (value, E|f|, relative error estimate, converged). ``cuts`` are
     the breakpoints of f in h (kinks and jumps); see :func:`expect`.
-    ``scale``: a function giving the pointwise scale of f (default |f|;
-    the outer level of :func:`expect2` passes E[|f| | u]); ``max_level``: the
-    most halvings of the step (default QUAD_MAX_LEVEL).
+    ``max_level``: the most halvings of the step (default QUAD_MAX_LEVEL).
     """
     cuts = np.asarray(cuts, dtype=np.float64).ravel()
-    if scale is None:
-        def F_(h):
-            v = f(h)
-            return v, np.abs(v)
-    else:
-        def F_(h):
-            return f(h), scale(h)
+
+    def F_(h):
+        v = f(h)
+        return v, np.abs(v), np.zeros(np.shape(v))
     level = QUAD_MAX_LEVEL if max_level is None else max_level
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         return _engine()["_quad1"](float(s), cuts, F_, QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T,
@@ -472,8 +526,9 @@ def expect2(f, K1, K2, K12, cuts=((), ())):
     rho = K12 / sqrt(K1 K2) (clipped to [-1, 1]). The outer integral is split
     at u = 0 and at ``cuts[0]``, the inner one at v = 0 and at ``cuts[1]``
     (breakpoints of f in u and in v), so kinks anywhere are integrated
-    piecewise; both levels refine until their error estimates pass, and a
-    RuntimeWarning says where the outer one did not. ``f`` is a vectorised
+    piecewise; both levels refine (at most QUAD_MAX_LEVEL_2D halvings) until
+    their error estimates pass, relative to E|f(u, v)| (see the module
+    docs), and a RuntimeWarning says where they did not. ``f`` is a vectorised
     numpy function of two arrays. Broadcasts over K1, K2, K12 (one nested
     rule per point). ValueError if K1 or K2 < 0 or |K12| > sqrt(K1 K2).
     """
@@ -494,18 +549,16 @@ def expect2(f, K1, K2, K12, cuts=((), ())):
         a = rho * np.sqrt(k2) / s1 if s1 > 0 else 0.0
         sd_v = np.sqrt(max(k2 * (1.0 - rho * rho), 0.0))
 
-        inner_failed = [False]
-
         def inner(u, m):
             # E[f(u, v) | u] and E[|f(u, v)| | u], v = m + sd_v z, split at v = 0 and the cuts in v
-            r = quad1(lambda h: f(np.full(h.shape, u), m + h), sd_v, cv - m, QUAD_MAX_LEVEL_2D)
-            inner_failed[0] |= not r[3]
-            return r
+            return quad1(lambda h: f(np.full(h.shape, u), m + h), sd_v, cv - m, QUAD_MAX_LEVEL_2D)
 
         def outer(h1):
             res = [inner(u, a * u) for u in h1.ravel()]
+            # an inner level that did not converge passes on its error estimate
             return (np.array([r[0] for r in res]).reshape(h1.shape),
-                    np.array([r[1] for r in res]).reshape(h1.shape))
+                    np.array([r[1] for r in res]).reshape(h1.shape),
+                    np.array([0.0 if r[3] else r[2] * r[1] for r in res]).reshape(h1.shape))
 
         # the outer level's error is measured against E|f| (the inner scales), not
         # against E|E[f | u]|, which vanishes where f cancels given u (E[phi(u) phi(v)]
@@ -514,7 +567,7 @@ def expect2(f, K1, K2, K12, cuts=((), ())):
             val, _, _, ok = _engine()["_quad1"](s1, cu, outer, QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T,
                                                 QUAD_ZMAX, QUAD_MAX_LEVEL_2D, _TOL_BASE, _TOL_REFINED)
         out[idx] = val
-        failed += (not ok or inner_failed[0]) and np.isfinite(val)
+        failed += not ok and np.isfinite(val)
     if failed:
         _not_converged("expect2", failed)
     return out
