@@ -22,8 +22,9 @@ calls to the quadrature engine of :mod:`meanfield.gaussian` (its source,
 ``QUAD1_SOURCE``, is pasted into the generated module with the integrand
 compiled in, so numba and numpy run one rule: piecewise exp-sinh/tanh-sinh,
 split at the integrand's breakpoints, refined until its error estimate
-passes, NaN if it never does), and to the nested rule of
-:func:`meanfield.gaussian.expect2` for two-point expectations. Integrand
+passes, NaN if it never does), and to the same engine nested in itself,
+as in :func:`meanfield.gaussian.expect2`, for two-point expectations
+(:func:`_nested_source`). Integrand
 bodies are rewritten to avoid float64 overflow (a stable softplus).
 
 Two engines
@@ -70,7 +71,8 @@ from sympy.printing.pycode import PythonCodePrinter
 from . import symbols as S
 from .calculus import Architecture, as_architecture
 from .gaussian import (GaussianExpectation, GaussianExpectation2, QUAD1_SOURCE, QUAD_ES_T, QUAD_MAX_LEVEL,
-                       QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, _TOL_BASE, _TOL_REFINED, pieces)
+                       QUAD_MAX_LEVEL_2D, QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, _TOL_BASE, _TOL_REFINED,
+                       pieces, two_point_cuts)
 from .symbolic import recursion
 
 __all__ = ["W", "T", "ARGS", "FUNCTIONS", "CompiledRecursion", "compiled", "generate_source",
@@ -188,7 +190,24 @@ class _Gen:
         self._check(code, expr)
         return code
 
+    @staticmethod
+    def _engine(name, integrand, extra=""):
+        """The scalar engine of meanfield.gaussian.QUAD1_SOURCE as function ``name``, with
+        F_(h) replaced by ``integrand`` + "h)" and ``extra`` parameters appended."""
+        src = QUAD1_SOURCE[QUAD1_SOURCE.index("def _quad1_scalar("):QUAD1_SOURCE.index("def _base_tables(")]
+        src = src.replace("def _quad1_scalar(", f"def {name}(").replace("cuts, F_,", "cuts,")
+        if extra:
+            src = src.replace("es_tab, ts_tab):", f"es_tab, ts_tab, {extra}):", 1)
+        return src.replace("F_(", integrand).strip()
+
+    @staticmethod
+    def _rule(max_level):
+        return (f"{QUAD_STEP!r}, {QUAD_ES_T[0]!r}, {QUAD_ES_T[1]!r}, {QUAD_TS_T!r}, {QUAD_ZMAX!r}, "
+                f"{max_level!r}, {_TOL_BASE!r}, {_TOL_REFINED!r}, _ES_TAB, _TS_TAB")
+
     def quad1(self, f: sp.Lambda) -> str:
+        """E[f(h)], h ~ N(0, K), compiled: the engine of :func:`meanfield.gaussian.expect`
+        (split at 0 and the breakpoints of f, refined, NaN if not converged)."""
         key = sp.srepr(f)
         if key not in self.one:
             i = len(self.one)
@@ -196,24 +215,24 @@ class _Gen:
             info = pieces(f)
             self._body(fname, f.variables, info.expr)
             cuts = ", ".join(repr(c) for c in info.float_cuts)
-            # the engine of meanfield.gaussian, with the integrand compiled in
-            engine = QUAD1_SOURCE[QUAD1_SOURCE.index("def _quad1_scalar("):QUAD1_SOURCE.index("def _segment(")]
-            engine = engine.replace("def _quad1_scalar(", f"def _quad1_{i}(").replace("cuts, F_,", "cuts,")
-            engine = engine.replace("F_(", f"{fname}(")
             self.lines += [
                 f"_CUTS_{i} = np.array([{cuts}], dtype=np.float64)",
                 "",
                 f"@{_JIT}",
-                engine.strip(),
+                f"def _f1s_{i}(h):",
+                f"    v = {fname}(h)",
+                "    return v, abs(v), 0.0",
+                "",
+                "",
+                f"@{_JIT}",
+                self._engine(f"_quad1_{i}", f"_f1s_{i}("),
                 "",
                 "",
                 f"@{_JIT}",
                 f"def {qname}(K):",
                 "    if not K >= 0.0:",
                 "        return math.nan",
-                f"    val, scale, delta, ok = _quad1_{i}(math.sqrt(K), _CUTS_{i}, {QUAD_STEP!r}, "
-                f"{QUAD_ES_T[0]!r}, {QUAD_ES_T[1]!r}, {QUAD_TS_T!r}, {QUAD_ZMAX!r}, {QUAD_MAX_LEVEL!r}, "
-                f"{_TOL_BASE!r}, {_TOL_REFINED!r})",
+                f"    val, scale, delta, ok = _quad1_{i}(math.sqrt(K), _CUTS_{i}, {self._rule(QUAD_MAX_LEVEL)})",
                 "    # not converged at the finest level: NaN, which the solvers report",
                 "    return val if ok else math.nan",
                 "",
@@ -222,32 +241,25 @@ class _Gen:
         return self.one[key]
 
     def quad2(self, f: sp.Lambda) -> str:
+        """E[f(u, v)] compiled: the nested engine of :func:`meanfield.gaussian.expect2`
+        (:func:`_nested_source`) with the integrand compiled in; its breakpoints in u
+        and in v are located once, here, at code generation
+        (:func:`meanfield.gaussian.two_point_cuts`)."""
         key = sp.srepr(f)
         if key not in self.two:
             i = len(self.two)
             fname, qname = f"_f2_{i}", f"_E2_{i}"
             self._body(fname, f.variables, f.expr)
+            cuts_u, cuts_v = two_point_cuts(f)
             self.lines += [
+                f"_CUTS2U_{i} = np.array([{', '.join(repr(c) for c in cuts_u)}], dtype=np.float64)",
+                f"_CUTS2V_{i} = np.array([{', '.join(repr(c) for c in (0.0, *cuts_v))}], dtype=np.float64)",
+                "",
+                _nested_source(f"_{i}", fname, _JIT),
+                "",
                 f"@{_JIT}",
                 f"def {qname}(K1, K2, K12):",
-                "    d = math.sqrt(K1 * K2)",
-                "    rho = 0.0",
-                "    if d > 0.0:",
-                "        rho = min(1.0, max(-1.0, K12 / d))",
-                "    s1 = math.sqrt(K1)",
-                "    a = rho * math.sqrt(K2)",
-                "    sd = math.sqrt(max(K2 * (1.0 - rho * rho), 0.0))",
-                "    acc = 0.0",
-                "    for i in range(_NQ):",
-                "        for sgn in (1.0, -1.0):",
-                "            z1 = sgn * _RU[i]",
-                "            u = s1 * z1",
-                "            m = a * z1",
-                "            inner = 0.0",
-                "            for j in range(_NQ):",
-                f"                inner += _RW[j] * ({fname}(u, m + sd * _RU[j]) + {fname}(u, m - sd * _RU[j]))",
-                "            acc += _RW[i] * inner",
-                "    return acc",
+                f"    return _expect2_{i}(_CUTS2U_{i}, _CUTS2V_{i}, K1, K2, K12)",
                 "",
             ]
             self.two[key] = qname
@@ -272,6 +284,68 @@ class _Gen:
         code = self.doprint(reduced)
         out += [f"    return {code}", ""]
         self.lines += out
+
+
+def _nested_source(suffix: str, integrand: str, jit: str) -> str:
+    """Source of the two-point engine for one compiled integrand ``integrand(u, v)``.
+
+    E[f(u, v)] for a zero-mean Gaussian pair, the nested engine of
+    :func:`meanfield.gaussian.expect2`: both levels are the scalar engine of
+    :data:`meanfield.gaussian.QUAD1_SOURCE`, the outer over u = sqrt(K1) z1,
+    split at u = 0 and ``cu``; the inner over v given u, v = m + sd z with
+    m = rho sqrt(K2) z1 and sd = sqrt(K2 (1 - rho^2)), split at v in ``cv``
+    (0 and the breakpoints in v). The outer level's integrand is
+    (E[f | u], E[|f| | u], the inner error where it did not converge), so
+    both levels measure their error against E|f|; each refines at most
+    QUAD_MAX_LEVEL_2D times, and the result is NaN unless the outer level
+    converges and the inner errors sum to below 1e-10 E|f|. (The integrand
+    is pasted in, not passed as a first-class function: a function pointer
+    would keep numba from caching the module.)
+    """
+    rule = _Gen._rule(QUAD_MAX_LEVEL_2D)
+    s = suffix
+    lines = [
+        f"@{jit}",
+        f"def _pair{s}(u, v):",
+        f"    r = {integrand}(u, v)",
+        "    return r, abs(r), 0.0",
+        "",
+        "",
+        "# inner level: F_(h) = f(u_, m_ + h), h = v - m_ ~ N(0, sd^2)",
+        f"@{jit}",
+        _Gen._engine(f"_quad2v{s}", f"_pair{s}(u_, m_ + ", "u_, m_"),
+        "",
+        "",
+        f"@{jit}",
+        f"def _given_u{s}(cv, a_, sd_, u):",
+        "    # (E[f(u, v) | u], E[|f(u, v)| | u], error): the outer level's integrand, its scale",
+        "    # and, where the inner level did not converge, its error estimate",
+        "    m = a_ * u",
+        f"    val, scale, delta, ok = _quad2v{s}(sd_, cv - m, {rule}, u, m)",
+        "    return val, scale, (0.0 if ok else delta * scale)",
+        "",
+        "",
+        "# outer level: F_(u) = (E[f | u], E[|f| | u], error)",
+        f"@{jit}",
+        _Gen._engine(f"_quad2u{s}", f"_given_u{s}(cv, a_, sd_, ", "cv, a_, sd_"),
+        "",
+        "",
+        f"@{jit}",
+        f"def _expect2{s}(cu, cv, K1, K2, K12):",
+        "    if not (K1 >= 0.0 and K2 >= 0.0 and K12 == K12):",
+        "        return math.nan",
+        "    d = math.sqrt(K1 * K2)",
+        "    rho = 0.0",
+        "    if d > 0.0:",
+        "        rho = min(1.0, max(-1.0, K12 / d))",
+        "    s1 = math.sqrt(K1)",
+        "    a = rho * math.sqrt(K2) / s1 if s1 > 0.0 else 0.0",
+        "    sd = math.sqrt(max(K2 * (1.0 - rho * rho), 0.0))",
+        f"    val, scale, delta, ok = _quad2u{s}(s1, cu, {rule}, cv, a, sd)",
+        "    return val if ok else math.nan",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 _softplus = sp.Function("_softplus")
@@ -340,7 +414,9 @@ def generate_source(arch) -> str:
         "import math",
         "from numba import cfunc, njit, types",
         "import numpy as np",
-        "from meanfield.gaussian import RULE_U as _RU, RULE_W as _RW",
+        "from meanfield.gaussian import quad_tables",
+        "",
+        "_ES_TAB, _TS_TAB = quad_tables()",
         "",
         "",
         "# the node generators of the engine (meanfield.gaussian.QUAD1_SOURCE)",
@@ -357,7 +433,6 @@ def generate_source(arch) -> str:
         "        return a + math.log1p(math.exp(-a))",
         "    return math.log1p(math.exp(a))",
         "",
-        "_NQ = _RU.shape[0]",
         "_SIG = types.float64(types.int64, *([types.float64] * 6))",
         "",
     ]

@@ -54,11 +54,7 @@ def test_elu_alpha_and_selu_fixed_point():
     assert abs(sp.N(selu.mean(1), 25)) < 1e-20 and abs(sp.N(selu.second_moment(1), 25) - 1) < 1e-20
 
 
-@pytest.mark.parametrize("name", [
-    "elu", "selu",
-    pytest.param("hardtanh", marks=pytest.mark.xfail(
-        reason="the package's 2-d exp-sinh rule (meanfield.gaussian.expect2) loses accuracy on hard-tanh's "
-               "two kinks (warns 'did not converge'); the one-point moments are closed forms", strict=False))])
+@pytest.mark.parametrize("name", ["elu", "selu", "hardtanh"])
 def test_two_point_kernel_by_quadrature(name):
     # no closed form: the kernel is the package's 2-d quadrature; reference: nested adaptive
     # quadrature (scipy, split at every kink) of the definition
@@ -82,6 +78,9 @@ def test_two_point_kernel_by_quadrature(name):
               for a, b in zip(pieces[:-1], pieces[1:]))
     vals = mf.recursion(name).evaluate(K=K, K12=K12, sigma_w=1.0, sigma_b=0.0)
     assert abs(float(vals.kernel12) - ref) < 1e-9 * abs(ref), (float(vals.kernel12), ref)
+    # the compiled nested engine (split at the kinks in u and in v) gives the same kernel
+    prof = mf.kernel_profile(activation=name, sigma_w=1.0, sigma_b=0.0, depth=2, K0=K, K12_0=K12, pair=True)
+    assert abs(prof.K12[1] - ref) < 1e-9 * abs(ref), (prof.K12[1], ref)
 
 
 def test_gelu_tanh_is_torch_form():

@@ -225,6 +225,27 @@ def test_expect2_kinks_at_zero_any_variances():
             assert abs(got - ref) < 1e-12 / 2, (k1, k2, rho)
 
 
+def test_expect2_cancelling_integrand_is_accepted_at_the_base_level():
+    """E[g(u) g(v)] with E[g] = 0: given u the integrand averages to g(u) E[g(v) | u], which at zero
+    correlation is ~1e-17 everywhere. An outer error measured against that never converged (the
+    DKS-tanh C map refined to the deepest level: 5e5 inner quadratures, 173 s per point; issue 10);
+    measured against E|f| the base rule passes. Reference: E[g]^2 = 0 by independence, and the
+    rho = +-1 limits E[g^2] and E[g(h) g(-h)] by one-point mpmath."""
+    with mp.workdps(30):
+        mean = mp_expect(lambda h: mp.tanh(0.44 * h + 0.75), 1.0, dps=30)
+        g2 = mp_expect(lambda h: (mp.tanh(0.44 * h + 0.75) - mean) ** 2, 1.0, dps=30)
+    g = lambda t: np.tanh(0.44 * t + 0.75) - float(mean)  # noqa: E731
+    calls = [0]
+
+    def f(u, v):
+        calls[0] += u.size
+        return g(u) * g(v)
+
+    assert abs(expect2(f, 1.0, 1.0, 0.0)) < 1e-15 * float(g2)
+    assert calls[0] < 5e5          # the base rule: ~2.4e5 evaluations (level 2 would be ~1e6)
+    assert expect2(f, 1.0, 1.0, 1.0 - 1e-12) == pytest.approx(float(g2), rel=1e-10)
+
+
 def test_expect2_broadcasts_and_validates():
     out = expect2(lambda u, v: u * v, np.ones((2, 1)), np.ones((1, 3)), 0.5)
     assert out.shape == (2, 3)

@@ -313,11 +313,9 @@ def test_smooth_tat_rescaled_resnet_uses_maximal_curvature():
 
 @pytest.mark.parametrize("act, depth, zeta", [
     ("softplus", 50, 1.5),
-    # Known hang after the merge of the error-controlled quadrature engine: DKS for tanh at
-    # depth 5 ran for over 4 minutes without finishing (cold cache). Not run, so CI completes;
-    # open in issue 10 (see the closing note).
-    pytest.param("tanh", 5, 1.5, marks=pytest.mark.xfail(run=False, reason="hangs since the quadrature "
-                                                                           "engine merge; issue 10")),
+    # tanh at depth 5 checks the global map at c = 0, where the two-point integrand
+    # cancels given u (C(0) = 0): it once refined for minutes (issue 10)
+    ("tanh", 5, 1.5),
     ("gelu", 20, 10.0)])
 def test_dks_satisfies_its_conditions(act, depth, zeta):
     t = S.dks_transform(act, zeta=zeta, depth=depth)
@@ -393,9 +391,7 @@ def _mc_agrees(model_fn, c, width, n_init=8, tol_abs=0.02, seed=0):
 
 @pytest.mark.torch
 @needs_torch
-@pytest.mark.parametrize("kind", ["trelu", "eoc", "tat_softplus", "trelu_resnet", pytest.param(
-    "dks_tanh", marks=pytest.mark.xfail(run=False, reason="DKS for tanh hangs since the quadrature engine "
-                                                          "merge; issue 10"))])
+@pytest.mark.parametrize("kind", ["trelu", "eoc", "tat_softplus", "trelu_resnet", "dks_tanh"])
 def test_global_c_map_matches_monte_carlo(kind):
     from meanfield.verification import shaping as V
 
