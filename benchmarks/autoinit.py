@@ -66,8 +66,8 @@ def main(argv=None):
 
     import torch
 
-    from meanfield.verification.autoinit import autoinit
-    from meanfield.verification.models import resmlp_s12
+    from meanfield.torch.autoinit import autoinit
+    from meanfield.torch.models import resmlp_s12
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda but torch.cuda.is_available() is False")

@@ -16,7 +16,7 @@ except ImportError:  # run from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import time
 import torch
-from meanfield.verification.autoinit import _Twin, _generator, _loss, _measuring
+from meanfield.torch.autoinit import _Twin, _generator, _loss, _measuring
 torch.manual_seed(1)
 layers = []
 for i in range(11):

@@ -46,7 +46,7 @@ except ImportError:  # run from a source checkout without installing
     import meanfield as mf
 from meanfield.verification import phase_diagram
 from meanfield.verification.montecarlo import resolve_device
-from meanfield.verification.networks import torch_activation
+from meanfield.torch.networks import torch_activation
 
 
 def _sync(dev):

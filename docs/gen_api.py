@@ -24,12 +24,13 @@ MODULES = [
     ("meanfield.plotting", None),
     ("meanfield.shaping", None),
     ("meanfield.scaling", None),
+    ("meanfield.torch", None),
     ("meanfield.verification", None),
-    ("meanfield.verification.autoinit", None),
+    ("meanfield.torch.autoinit", None),
     ("meanfield.verification.distributed", None),
-    ("meanfield.verification.from_torch", None),
+    ("meanfield.torch.from_torch", None),
     ("meanfield.verification.gram", None),
-    ("meanfield.verification.torch_activations", None),
+    ("meanfield.torch.activations", None),
 ]
 
 

@@ -50,14 +50,14 @@ __all__ = [
 __all__ += list(_solver_names)
 
 #: submodules loaded on first attribute access (``mf.shaping.tat_transform``):
-#: shaping and scaling are pure maths; verification imports torch.
-_LAZY_SUBMODULES = ("shaping", "scaling", "verification")
+#: shaping, scaling and autoinit are pure maths; torch and verification import torch.
+_LAZY_SUBMODULES = ("shaping", "scaling", "autoinit", "torch", "verification")
 
 
 def from_torch(module, example_input, **kwargs):
     """The primitive tree of a torch model (imports torch): see
-    :func:`meanfield.verification.from_torch.from_torch`."""
-    from .verification.from_torch import from_torch as _from_torch
+    :func:`meanfield.torch.from_torch.from_torch`."""
+    from .torch.from_torch import from_torch as _from_torch
 
     return _from_torch(module, example_input, **kwargs)
 

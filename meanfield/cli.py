@@ -397,10 +397,10 @@ def _autoinit_model(args):
     """One of the package's model definitions, initialised at sigma_w (fan-in)."""
     import torch
 
-    from .verification import models
+    from .torch import models
 
     if args.model == "mlp":
-        from .verification.torch_activations import TORCH_ACTIVATIONS, torch_module
+        from .torch.activations import TORCH_ACTIVATIONS, torch_module
 
         acts = tuple(n for n, row in TORCH_ACTIVATIONS.items() if row.module is not None)
         if args.activation not in acts:
@@ -472,7 +472,7 @@ AUTOINIT_MAX = {"depth": 1000, "width": 8192, "steps": 100_000, "batch": 4096}
 
 
 def cmd_autoinit(args):
-    from .verification.autoinit import autoinit, save_scales
+    from .torch.autoinit import autoinit, save_scales
 
     for name, v, lo, hi in (("--depth", args.depth, 1, AUTOINIT_MAX["depth"]),
                             ("--width", args.width, 1, AUTOINIT_MAX["width"]),

@@ -30,7 +30,7 @@ Departures from the printed text (recorded in docs/errata.md):
 * Table 1's "average pooling maintains scaling" needs centred inputs: after
   a ReLU (non-zero mean) the forward second moment of a k x k average is not
   E[x^2] / k^2 and varsigma changes (measured by
-  :func:`meanfield.verification.scaling.check_table1`).
+  :func:`meanfield.torch.scaling.check_table1`).
 * Appendix B.7 says the backward second moment of a residual block is
   "multiplied by s"; the formula (and the conclusion) use (1 + s^2).
 

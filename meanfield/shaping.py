@@ -3,7 +3,7 @@ r"""Kernel shaping: Q/C maps, TReLU, TAT for smooth activations, and DKS.
 Everything here follows the tailored-rectifiers paper (Zhang, Botev, Martens,
 **TAT**) and, for DKS, the conditions it restates from Martens et al. (2021).
 Pure numpy/scipy/sympy; the torch realisation lives in
-:mod:`meanfield.verification.shaping`.
+:mod:`meanfield.torch.shaping`.
 
 Conventions (TAT section 2)
 ---------------------------

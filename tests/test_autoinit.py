@@ -1,8 +1,8 @@
-"""AutoInit (meanfield.verification.autoinit) on CPU.
+"""AutoInit (meanfield.torch.autoinit) on CPU.
 
 Every "after" check re-measures J^{l,l+1} on fresh inputs with an estimator
 independent of the one AutoInit optimises: per-block ``hutchinson_apjn`` of
-meanfield.verification.estimators with its own seed and more probes, or the
+meanfield.torch.estimators with its own seed and more probes, or the
 exact Jacobian at small sizes.
 """
 import json
@@ -14,10 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from meanfield import autoinit_theory as th  # noqa: E402
-from meanfield.verification.autoinit import (  # noqa: E402
+from meanfield import autoinit as th  # noqa: E402
+from meanfield.torch.autoinit import (  # noqa: E402
     AutoInitError, apjn_vs_batch_size, apply_scales, autoinit, find_blocks, load_scales, measure, save_scales)
-from meanfield.verification.models import ResMLP, vgg19_bn  # noqa: E402
+from meanfield.torch.models import ResMLP, vgg19_bn  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,4 +1,4 @@
-"""ResMLP, MLP-Mixer and VGG19_BN of meanfield.verification.models."""
+"""ResMLP, MLP-Mixer and VGG19_BN of meanfield.torch.models."""
 import math
 
 import numpy as np
@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from meanfield.verification.autoinit import autoinit, find_blocks, measure  # noqa: E402
-from meanfield.verification.models import MLPMixer, ResMLP, VGG, mixer_s16, resmlp_s12, vgg19_bn  # noqa: E402
+from meanfield.torch.autoinit import autoinit, find_blocks, measure  # noqa: E402
+from meanfield.torch.models import MLPMixer, ResMLP, VGG, mixer_s16, resmlp_s12, vgg19_bn  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,4 +1,4 @@
-"""ReLU theory of AutoInit (paper section 2.1, appendix C.1): meanfield.autoinit_theory.
+"""ReLU theory of AutoInit (paper section 2.1, appendix C.1): meanfield.autoinit.
 
 The references are derived here with sympy from the loss and the ReLU APJN
 J = (a sigma_w)^2 / 2, not taken from the module under test.
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from meanfield import autoinit_theory as th
+from meanfield import autoinit as th
 
 a, sw, lr, lam = sp.symbols("a sigma_w eta lambda", positive=True)
 J_of_a = (a * sw) ** 2 / 2

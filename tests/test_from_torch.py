@@ -16,7 +16,7 @@ import meanfield as mf  # noqa: E402
 from meanfield import symbols as S  # noqa: E402
 from meanfield.verification import initialise_  # noqa: E402
 from meanfield.verification._theory import theory_profile  # noqa: E402
-from meanfield.verification.from_torch import monte_carlo_module  # noqa: E402
+from meanfield.torch.from_torch import monte_carlo_module  # noqa: E402
 
 
 class PreLNResMLP(nn.Module):
@@ -211,14 +211,14 @@ def test_monte_carlo_on_the_users_own_module_deep_wide():
     _mc_vs_theory(model, _unit_rows(4, 64), 1.4, 0.1, n_init=12)
 
 
-# --- the package's own zoo modules (verification/models.py) ------------------------------------
+# --- the package's own zoo modules (torch/models.py) ------------------------------------
 def _zoo_net(*blocks):
     return torch.nn.Sequential(torch.nn.Linear(5, 4), *blocks)
 
 
 def test_zoo_resmlp_blocks_read_as_the_resmlp_menu_item():
     """ResMLP's Affine (alpha = 1, beta = 0 at initialisation) is the identity; LayerScale is scale(eps)."""
-    from meanfield.verification import models as M
+    from meanfield.torch import models as M
 
     net = mf.from_torch(_zoo_net(*[M.ResMLPBlock(8, 4, 16, 0.25, "relu") for _ in range(3)]), torch.randn(2, 8, 5))
     assert net.depth == 3
@@ -229,7 +229,7 @@ def test_zoo_resmlp_blocks_read_as_the_resmlp_menu_item():
 
 def test_zoo_mixer_blocks_read_as_the_mixer_menu_item():
     """The token MLP makes it a Mixer: per-token layers on the channel pair (axis 'channels'), as mixer_block."""
-    from meanfield.verification import models as M
+    from meanfield.torch import models as M
 
     net = mf.from_torch(_zoo_net(*[M.MixerBlock(8, 4, 6, 10, "relu") for _ in range(2)]), torch.randn(2, 8, 5))
     assert net.depth == 2 and net.pair_axis == "channels"
@@ -240,7 +240,7 @@ def test_zoo_mixer_blocks_read_as_the_mixer_menu_item():
 
 
 def test_zoo_refusals_name_the_module():
-    from meanfield.verification import models as M
+    from meanfield.torch import models as M
 
     m = _zoo_net(M.ChannelMixing(4, 16, 0.1, "relu"))
     with torch.no_grad():

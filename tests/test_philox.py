@@ -1,4 +1,4 @@
-"""Counter-based normals of the Monte-Carlo networks (verification/_philox.py).
+"""Counter-based normals of the Monte-Carlo networks (torch/_philox.py).
 
 References are independent of the kernel: Random123's published known-answer
 vectors for Philox4x32-10, a pure-Python transcription of the documented
@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import meanfield as mf  # noqa: E402
-from meanfield.verification import _philox as ph  # noqa: E402
+from meanfield.torch import _philox as ph  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

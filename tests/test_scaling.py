@@ -1,4 +1,4 @@
-"""The scaling calculus (meanfield.scaling, meanfield.verification.scaling).
+"""The scaling calculus (meanfield.scaling, meanfield.torch.scaling).
 
 The formula tests re-derive the paper's statements by hand; the Monte-Carlo
 tests measure forward/backward second moments on real torch layers.
@@ -87,7 +87,7 @@ needs_torch = pytest.mark.skipif(torch is None, reason="needs the verify extra (
 @pytest.mark.torch
 @needs_torch
 def test_table1_by_monte_carlo():
-    from meanfield.verification.scaling import check_table1
+    from meanfield.torch.scaling import check_table1
 
     rows = check_table1(n_samples=16, seed=0)
     by_name = {r.operation: r for r in rows}
@@ -129,7 +129,7 @@ def _convnet():
 
 def _relative_gammas(init, n_init, seed=0):
     """gamma_l / (geometric mean over layers), per initialisation; shape (n_init, n_layers)."""
-    from meanfield.verification import scaling as VS
+    from meanfield.torch import scaling as VS
 
     out = []
     for s in range(n_init):
@@ -146,7 +146,7 @@ def _relative_gammas(init, n_init, seed=0):
 @pytest.mark.torch
 @needs_torch
 def test_geometric_init_equalises_gamma_across_layers():
-    from meanfield.verification import scaling as VS
+    from meanfield.torch import scaling as VS
 
     rel = _relative_gammas(VS.geometric_init_, n_init=80)
     mean, se = rel.mean(0), rel.std(0, ddof=1) / math.sqrt(len(rel))
@@ -162,7 +162,7 @@ def test_geometric_init_equalises_gamma_across_layers():
 @needs_torch
 def test_weight_gradient_ratio_equals_gamma_and_forward_moments_follow_eq6():
     """SC Prop. 3 (nu = gamma) and eq. 6 for a ReLU MLP of varying widths with geometric init."""
-    from meanfield.verification import scaling as VS
+    from meanfield.torch import scaling as VS
 
     widths = [32, 256, 64, 512, 128]
     nus, gammas, ext, x2 = [], [], [], []
@@ -193,7 +193,7 @@ def test_weight_gradient_ratio_equals_gamma_and_forward_moments_follow_eq6():
 @pytest.mark.torch
 @needs_torch
 def test_geometric_init_kernel_multipliers():
-    from meanfield.verification import scaling as VS
+    from meanfield.torch import scaling as VS
 
     model = _convnet()
     info = VS.geometric_init_(model, generator=torch.Generator().manual_seed(0))
@@ -215,7 +215,7 @@ def test_geometric_init_kernel_multipliers():
 @needs_torch
 def test_strided_conv_extrinsic_form_uses_output_positions():
     """SC Definition 2 prints rho_l^2 (input positions); nu = E[dW^2]/E[W^2] needs rho_{l+1}^2 (appendix C)."""
-    from meanfield.verification import scaling as VS
+    from meanfield.torch import scaling as VS
 
     nus, ext, printed = [], [], []
     for s in range(4):

@@ -379,7 +379,7 @@ needs_torch = pytest.mark.skipif(torch is None, reason="needs the verify extra (
 
 
 def _mc_agrees(model_fn, c, width, n_init=8, tol_abs=0.02, seed=0):
-    from meanfield.verification import shaping as V
+    from meanfield.torch import shaping as V
 
     model = model_fn(torch.Generator().manual_seed(123))
     theory = S.global_c_map(model.network, model.transform, c)
@@ -393,7 +393,7 @@ def _mc_agrees(model_fn, c, width, n_init=8, tol_abs=0.02, seed=0):
 @needs_torch
 @pytest.mark.parametrize("kind", ["trelu", "eoc", "tat_softplus", "trelu_resnet", "dks_tanh"])
 def test_global_c_map_matches_monte_carlo(kind):
-    from meanfield.verification import shaping as V
+    from meanfield.torch import shaping as V
 
     width, dt = 256, torch.float64
     c = np.array([-0.8, -0.3, 0.0, 0.5, 0.9])
@@ -412,7 +412,7 @@ def test_global_c_map_matches_monte_carlo(kind):
 @needs_torch
 def test_proposition1_monte_carlo():
     """A vanilla TReLU MLP and a rescaled ReLU ResNet with the corrected w have the same cosine map."""
-    from meanfield.verification import shaping as V
+    from meanfield.torch import shaping as V
 
     a, L, width, dt = 0.5, 8, 256, torch.float64
     w = float(S.equivalent_shortcut_weight(a))
@@ -433,7 +433,7 @@ def test_proposition1_monte_carlo():
 @pytest.mark.torch
 @needs_torch
 def test_shaped_activation_module_matches_numpy():
-    from meanfield.verification import shaping as V
+    from meanfield.torch import shaping as V
 
     z = np.linspace(-4, 4, 101)
     for t in (S.tat_transform("softplus", tau=0.3, depth=10), S.normalized_leaky_relu(0.3),
@@ -447,7 +447,7 @@ def test_shaped_activation_module_matches_numpy():
 @pytest.mark.torch
 @needs_torch
 def test_orthogonal_init_preserves_q():
-    from meanfield.verification import shaping as V
+    from meanfield.torch import shaping as V
 
     m = V.shaped_mlp(S.normalized_leaky_relu(0.5), 128, 6, in_features=64, init="orthogonal",
                      generator=torch.Generator().manual_seed(0), dtype=torch.float64)

@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 
 import meanfield as mf  # noqa: E402
 from meanfield import symbols as S  # noqa: E402
-from meanfield.verification.torch_activations import (TORCH_ACTIVATIONS, read_function, read_module,  # noqa: E402
+from meanfield.torch.activations import (TORCH_ACTIVATIONS, read_function, read_module,  # noqa: E402
                                                       torch_activation, torch_module)
 
 POINTS = torch.tensor([-3.1, -1.2, -0.5, -0.01, 0.3, 0.9, 1.7, 4.0], dtype=torch.float64)

@@ -31,7 +31,7 @@ def test_hutchinson_is_unbiased_for_the_exact_apjn(bn):
 
 
 def test_forward_ad_jvp_matches_torch_func_jvp():
-    from meanfield.verification.estimators import jvp
+    from meanfield.torch.estimators import jvp
 
     m = _model(bn=True)
     h = torch.randn(6, 10, dtype=torch.float64)

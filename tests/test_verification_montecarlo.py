@@ -39,7 +39,7 @@ def test_exact_estimator_matches_autograd_jacobian():
     r = monte_carlo(arch, 1.1, 0.3, depth=2, width=5, n_init=2, batch=1, estimator="exact", seed=7)
     # rebuild network 0 from the documented streams (draw n of the pass is stream n of initialisation 0):
     # input G, g then block G
-    from meanfield.verification._philox import standard_normal
+    from meanfield.torch._philox import standard_normal
     from meanfield.verification.montecarlo import make_inputs
 
     N0 = r.input_dim

@@ -8,7 +8,7 @@ import sympy as sp
 torch = pytest.importorskip("torch")
 
 import meanfield as mf  # noqa: E402
-from meanfield.verification.networks import Context, realise, torch_activation  # noqa: E402
+from meanfield.torch.networks import Context, realise, torch_activation  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,32 +1,37 @@
-"""Monte-Carlo verification on real torch networks (needs the ``verify`` extra).
+"""Monte-Carlo verification of the theory on real torch networks (needs the ``verify`` extra).
 
-Importing this subpackage imports torch; ``import meanfield`` does not.
+Importing this subpackage imports torch; ``import meanfield`` does not. The
+torch realisations and the tools a user applies to a real model live in
+:mod:`meanfield.torch`; this subpackage measures and compares:
 
 - :func:`monte_carlo`, :func:`phase_diagram`: K^l, J^{l,l+1}, J^{l0,l} of
-  networks built from an :class:`~meanfield.Architecture`, batched over
+  networks realised from a spec (``meanfield.torch.networks``), batched over
   initialisations, on CUDA when available.
-- :func:`from_torch` (also ``meanfield.from_torch``): a user's module read into
-  the primitive tree; :func:`initialise_` draws its weights;
-  :func:`monte_carlo_module` measures K^l and J^{1,l} on that module.
-- :func:`hutchinson_apjn`, :func:`exact_apjn`: APJN of any torch function.
-- :func:`run_suite`: the verification suite (``python -m meanfield.verification``).
+- :func:`monte_carlo_module`: K^l and J^{1,l} on a user's own module.
+- :func:`run_suite`: the verification suite (``python -m meanfield.verification``),
+  its case lists shipped as package data.
 - :func:`autoinit_sweep`: AutoInit over a (sigma_w, lr) grid (the AutoInit paper's Fig. 1).
 - ``client=`` (a ``dask.distributed.Client``) on :func:`phase_diagram`,
   :func:`run_suite` and :func:`autoinit_sweep` runs them on a Dask cluster
   with the same numbers (:mod:`.distributed`).
-- :func:`autoinit`: tune any torch model to criticality (AutoInit paper);
-  :func:`measure_blocks`, :func:`apjn_vs_batch_size`, scale persistence.
-- :class:`ResMLP`, :class:`MLPMixer`, :class:`VGG` (``resmlp_s12``,
-  ``mixer_s16``, ``vgg19_bn``): the models of the examples, in plain torch.
+
+For convenience the user tools of :mod:`meanfield.torch` are importable from
+here too, under the names they always had: :func:`from_torch`,
+:func:`initialise_`, :func:`autoinit` (with :func:`measure_blocks`,
+:func:`apjn_vs_batch_size` and the scale files), :func:`hutchinson_apjn`,
+:func:`exact_apjn`, and the models :class:`ResMLP`, :class:`MLPMixer`,
+:class:`VGG`.
 """
-from .estimators import APJNEstimate, batch_statistics, exact_apjn, hutchinson_apjn, jvp, mean_se
 from .montecarlo import MonteCarloResult, PhaseDiagramResult, monte_carlo, phase_diagram
-from .autoinit import (AutoInitError, AutoInitReport, BatchSizeScan, Measurement, apjn_vs_batch_size,
-                       apply_scales, autoinit, find_blocks, load_scales, save_scales)
-from .autoinit import measure as measure_blocks
 from .distributed import AutoInitSweep, autoinit_sweep
-from .models import MLPMixer, ResMLP, VGG, mixer_s16, resmlp_s12, vgg19_bn
-from .from_torch import ModuleMonteCarlo, from_torch, initialise_, monte_carlo_module
+
+# the user tools of meanfield.torch, under the names they always had here
+from ..torch.autoinit import (AutoInitError, AutoInitReport, BatchSizeScan, Measurement, apjn_vs_batch_size,
+                              apply_scales, autoinit, find_blocks, load_scales, save_scales)
+from ..torch.autoinit import measure as measure_blocks
+from ..torch.estimators import APJNEstimate, batch_statistics, exact_apjn, hutchinson_apjn, jvp, mean_se
+from ..torch.from_torch import ModuleMonteCarlo, from_torch, initialise_, monte_carlo_module
+from ..torch.models import MLPMixer, ResMLP, VGG, mixer_s16, resmlp_s12, vgg19_bn
 
 __all__ = [
     "APJNEstimate",

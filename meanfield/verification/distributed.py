@@ -544,7 +544,7 @@ def _autoinit_point(i, j, sigma_w, lr, cfg, inputs):
     lr), tuned by AutoInit; returns a JSON-able dict."""
     from torch import nn
 
-    from .autoinit import AutoInitError, autoinit
+    from ..torch.autoinit import AutoInitError, autoinit
 
     dev = resolve_device(cfg["device"])
     dtype = getattr(torch, cfg["dtype"])
@@ -586,7 +586,7 @@ def autoinit_sweep(sigma_w, lr, *, depth: int = 10, width: int = 500, input_dim:
     bias-free ReLU MLP of ``depth`` Linear layers (the first maps
     ``input_dim`` to ``width``) with W ~ N(0, sigma_w^2 / fan_in), drawn
     from a generator seeded by (seed, 1, i_sigma_w) (the same network for
-    every learning rate), and runs :func:`~meanfield.verification.autoinit`
+    every learning rate), and runs :func:`~meanfield.torch.autoinit`
     with ``lr``, ``loss``, ``steps``, ``tol``, ``n_probes``, ``batch`` and
     ``seed``. ``inputs`` are the data (CPU tensor, (n, input_dim));
     default: ``n_data`` (default 4 * batch) seeded Gaussian rows with

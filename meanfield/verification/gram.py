@@ -1,7 +1,7 @@
 r"""Monte-Carlo twin of :func:`meanfield.kernels`: empirical NNGP and NTK Gram matrices.
 
 The network is the torch realisation of the same primitive tree
-(:func:`meanfield.verification.networks.realise`, weights drawn per
+(:func:`meanfield.torch.networks.realise`, weights drawn per
 initialisation from its own generator), on the given inputs:
 h^1 = W x + b, then depth - 1 blocks; the output is h^depth, of ``width``
 units.
@@ -35,7 +35,7 @@ from .._serialize import Result
 from .._validate import check_choice, check_int, check_real
 from ..calculus import Dense, as_architecture
 from .montecarlo import _seed_for, resolve_device
-from .networks import Context, input_layer, realise
+from ..torch.networks import Context, input_layer, realise
 
 __all__ = ["EmpiricalKernels", "empirical_kernels"]
 

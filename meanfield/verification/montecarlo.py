@@ -49,7 +49,7 @@ import torch
 from .._serialize import Result
 from .._validate import check_int, check_nonnegative, check_real
 from ..calculus import Architecture, as_architecture
-from .networks import PROBE_STREAMS, Context, input_layer, realise
+from ..torch.networks import PROBE_STREAMS, Context, input_layer, realise
 
 __all__ = ["MonteCarloResult", "MonteCarloOverflowWarning", "PhaseDiagramResult", "monte_carlo", "phase_diagram",
            "resolve_device", "make_inputs"]
@@ -506,7 +506,7 @@ def monte_carlo(arch, sigma_w=None, sigma_b=None, depth=10, width=256, n_init=32
     seed : int
         Every random number of initialisation i is a function of (seed, i)
         only (on the CPU the counter-based streams of
-        :mod:`meanfield.verification._philox`, keyed by (seed, i, draw);
+        :mod:`meanfield.torch._philox`, keyed by (seed, i, draw);
         on CUDA per-initialisation device generators seeded by (seed, i)),
         with the probes on streams of their own, so results are
         reproducible, do not depend on chunking (``init_chunk``) or sharding,

@@ -504,7 +504,7 @@ def _kind_torch_module(case, device, dtype):
     """
     import importlib
 
-    from .from_torch import from_torch, monte_carlo_module
+    from ..torch.from_torch import from_torch, monte_carlo_module
 
     mod_name, _, attr = case["module"].partition(":")
     factory = getattr(importlib.import_module(mod_name), attr)

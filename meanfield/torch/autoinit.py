@@ -64,7 +64,7 @@ Modes
 Learning rate
     ``lr=None``: for a ReLU MLP (Linear + ReLU only, blocks = the Linear
     layers) the one-step learning rate of the ReLU theory (eq. 19 / 43, see
-    :mod:`meanfield.autoinit_theory`) per layer and per step, with
+    :mod:`meanfield.autoinit`) per layer and per step, with
     ``sigma_w^2 = 2 J/a^2`` measured, which is exact per network at any width:
     each step sends every ``J^{l,l+1}`` to 1 up to the estimator's noise.
     Other models: ``DEFAULT_LR`` (0.03, the paper's ResMLP value).
@@ -97,7 +97,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .. import autoinit_theory as _theory
+from .. import autoinit as _theory
 from .._validate import check_choice as _check_choice
 from .estimators import batch_statistics, exact_apjn, hutchinson_apjn
 
@@ -679,7 +679,7 @@ def measure(model: nn.Module, inputs: torch.Tensor, blocks=None, n_probes: int =
     statistics); the model and its buffers are left as they were.
 
     method:
-      * ``"hutchinson"``: ``meanfield.verification.estimators.hutchinson_apjn``
+      * ``"hutchinson"``: ``meanfield.torch.estimators.hutchinson_apjn``
         on each block-to-block map separately (``n_probes`` probes each);
         independent of the fused estimator AutoInit uses in its loop;
       * ``"exact"``: the full Jacobian of each block-to-block map

@@ -63,7 +63,7 @@ from torch import nn
 
 from .. import symbols as S
 # the one table of torch activations (also re-exported here for older imports)
-from .torch_activations import torch_activation
+from .activations import torch_activation
 from ..calculus import (ActivationLayer, Architecture, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost,
                         LayerNormPre, Primitive, Residual, RMSNorm, Scale, TreeSpec)
 

@@ -4,7 +4,7 @@ ResMLP and VGG19_BN are the two architectures of the AutoInit paper's
 experiments (section 4); MLP-Mixer is the partial-Jacobian paper's. All define
 ``autoinit_blocks()``: the names of the submodules whose outputs
 are the block outputs ``h^l`` between which AutoInit measures
-``J^{l,l+1}``; :func:`meanfield.verification.autoinit.autoinit` uses it when
+``J^{l,l+1}``; :func:`meanfield.torch.autoinit.autoinit` uses it when
 ``blocks`` is not given.
 
 ResMLP (Touvron et al. 2021; AutoInit appendix D). Image -> non-overlapping
@@ -79,7 +79,7 @@ def _check_init(init):
 
 
 def _activation(name):
-    from .torch_activations import TORCH_ACTIVATIONS, torch_module
+    from .activations import TORCH_ACTIVATIONS, torch_module
 
     names = tuple(n for n, row in TORCH_ACTIVATIONS.items() if row.module is not None)
     return torch_module(check_choice("activation", name, names))
@@ -429,7 +429,7 @@ class PreLNResMLP(nn.Module):
 
     def __init__(self, d_in=32, width=256, depth=6, mu=0.5, activation="gelu", n_out=0):
         super().__init__()
-        from .torch_activations import torch_module
+        from .activations import torch_module
 
         self.inp = nn.Linear(d_in, width)
         self.norms = nn.ModuleList([nn.LayerNorm(width) for _ in range(depth)])

@@ -35,7 +35,7 @@ All four printed formulas (17-20 and 41-44) agree with this derivation
 (checked symbolically in tests/test_autoinit_theory.py). At finite width the
 same maps hold per network instance with ``sigma_w^2`` replaced by the
 measured ``2 J^{l,l+1} / a_W^2`` (the exact Jacobian of a ReLU layer is exactly
-quadratic in ``a_W``); ``meanfield.verification.autoinit`` uses that to make the
+quadratic in ``a_W``); ``meanfield.torch.autoinit`` uses that to make the
 default learning rate of a ReLU MLP an exact one-step (Newton) step.
 
 JKL (eqs. 24/45) with ``sigma_b = 0`` equals ``(1 + lam)`` JLL for ReLU

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import calculus as C
-from .torch_activations import read_function, read_module
+from .activations import read_function, read_module
 
 __all__ = ["from_torch", "initialise_", "monte_carlo_module", "ModuleMonteCarlo"]
 
@@ -84,7 +84,7 @@ def _check_affine(m, where):
     b = getattr(m, "bias", None)
     if w is not None and not torch.all(w.detach() == 1):
         raise ValueError(f"{where}: {type(m).__name__}.weight is not 1 (its value at initialisation); "
-                         "meanfield.verification.initialise_ resets it")
+                         "meanfield.torch.initialise_ resets it")
     if b is not None and not torch.all(b.detach() == 0):
         raise ValueError(f"{where}: {type(m).__name__}.bias is not 0 (its value at initialisation)")
 
@@ -113,7 +113,7 @@ class _Reader:
         if isinstance(a, torch.fx.Node) and a in self.vals:
             return self.vals[a]
         raise ValueError(f"{_where(node, pos)}: an operand is not a tensor computed from the input "
-                         f"({a!r}); only the operations listed in meanfield.verification.from_torch are read")
+                         f"({a!r}); only the operations listed in meanfield.torch.from_torch are read")
 
     def number(self, a, node, pos):
         """A python number, a 0-d/uniform parameter or buffer; None if ``a`` is a traced tensor value."""

@@ -46,11 +46,11 @@ __all__ = [
 def torch_activation(base, negative_slope=None) -> Callable[[torch.Tensor], torch.Tensor]:
     """A torch function for an activation of the registry (name) or a sympy expression in one symbol.
 
-    A thin front to :func:`meanfield.verification.torch_activations.torch_activation`
+    A thin front to :func:`meanfield.torch.activations.torch_activation`
     (the package's one table); ``negative_slope`` goes with 'leaky_relu'.
     """
     from ..activations import activation
-    from .torch_activations import torch_activation as _table
+    from .activations import torch_activation as _table
 
     if isinstance(base, str) and base.strip().lower() == "leaky_relu":
         return _table(activation("leaky_relu", negative_slope=0.01 if negative_slope is None
