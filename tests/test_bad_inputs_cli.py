@@ -1,10 +1,8 @@
 """Bad input on the command line and in the verification suite: a clear one-line error or a valid result.
 
-Each row runs the entry point that ``python -m meanfield ...`` (or the
-suite's module) runs, ``main(argv)``, in this process from an empty temporary
-folder with stdout and stderr captured (a subprocess per row cost CI ~15 s of
-interpreter start each; tests/test_cli.py and the broken-pipe row below run the
-real executable), and is classified:
+Each row runs ``python -m meanfield ...`` (or the suite's module) in a
+subprocess with a time limit, from an empty temporary folder, and is
+classified:
 
 - ``usage``: exit status 2, stderr one line (compile notices aside) that
   names the offending option or value, stdout empty;
@@ -17,20 +15,16 @@ the row.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
 import sys
-import traceback
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
-# ~90 rows, several of which compile or run the suite: part of the full run (CI), not of
-# `-m "not slow"`; tests/test_cli.py keeps a few usage-error rows in the fast subset
+# ~90 subprocesses (each imports numpy and sympy): part of the full run (CI), not of `-m "not slow"`;
+# tests/test_cli.py keeps a few usage-error rows in the fast subset
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,39 +38,13 @@ def _env():
     return env
 
 
-class _Proc(NamedTuple):
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 def _run(argv, cwd, module="meanfield", stdin=None, shell_pipe=None):
-    if shell_pipe:  # a real pipe needs a real process
+    if shell_pipe:
         cmd = f"{sys.executable} -m {module} {' '.join(argv)} | {shell_pipe}"
         return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=LIMIT,
                               cwd=cwd, env=_env())
-    if module == "meanfield":
-        from meanfield.cli import main
-    else:
-        from meanfield.verification.__main__ import main
-    out, err = io.StringIO(), io.StringIO()
-    here = os.getcwd()
-    debug = os.environ.pop("MEANFIELD_DEBUG", None)
-    try:
-        os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                rc = main(list(argv))
-            except SystemExit as exc:  # argparse's own exits (--help, --version)
-                rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            except BaseException:  # what a user would see as a traceback
-                err.write("Traceback (most recent call last):\n" + traceback.format_exc())
-                rc = 1
-    finally:
-        os.chdir(here)
-        if debug is not None:
-            os.environ["MEANFIELD_DEBUG"] = debug
-    return _Proc(int(rc or 0), out.getvalue(), err.getvalue())
+    return subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=LIMIT,
+                          cwd=cwd, env=_env(), stdin=subprocess.DEVNULL)
 
 
 def _error_lines(stderr):
