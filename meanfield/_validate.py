@@ -67,9 +67,10 @@ def check_int(name: str, value, minimum: int | None = None, maximum: int | None 
 
 def broadcast_named(**arrays):
     """``np.broadcast_arrays`` of the keyword arrays; the ValueError names them and their shapes
-    (numpy's own message says only 'arg 0', 'arg 1')."""
+    (numpy's own message says only 'arg 0', 'arg 1'). The results are contiguous copies, not
+    numpy's read-only stride-0 views, which numba would be handed (and warns about)."""
     try:
-        return np.broadcast_arrays(*arrays.values())
+        return [a.copy() for a in np.broadcast_arrays(*arrays.values())]
     except ValueError:
         shown = ", ".join(f"{k} {np.shape(v)}" for k, v in arrays.items())
         raise ValueError(f"shapes do not broadcast together: {shown}") from None
