@@ -179,7 +179,7 @@ def test_finite_near_correlation_one_and_deep_chaos(name, sw, sb, depth):
     r = kernels(name, x, depth=depth, sigma_w=sw, sigma_b=sb)
     for M in (r.nngp, r.ntk):
         assert np.all(np.isfinite(M))
-        D = np.sqrt(np.outer(np.diag(M), np.diag(M)))
+        D = np.outer(np.sqrt(np.diag(M)), np.sqrt(np.diag(M)))   # no overflow where the NTK is ~1e200
         assert np.all(np.abs(M) <= D * (1 + 1e-12))        # Cauchy-Schwarz
 
 
