@@ -369,6 +369,13 @@ def summarize(obj) -> str:
     return f"{name}(\n" + "".join(f"  {k} = {v},\n" for k, v in parts) + ")"
 
 
+class ShortRepr:
+    """Mixin: the short repr of :func:`summarize`, for dataclasses (``repr=False``) that are not saved."""
+
+    def __repr__(self):
+        return summarize(self)
+
+
 class Result:
     """Mixin of every public result: short repr, ``to_dict``, ``save`` / ``load``.
 

@@ -818,37 +818,28 @@ class CompiledRecursion:
         ep = _ENTRIES.get(kernel)
         if ep is not None and self._module is not None:
             return ep(self.fast_fns, *args)
-        if self._interpreted_ok(args):
-            out, ok = self._interpret(kernel, args)
-            if ok:
-                return out
-        from . import _kernels
-
-        fn = getattr(_kernels, kernel)
-        if _kernels_cold(fn):
-            from ._cache import compile_notice
-
-            compile_notice("the solver kernels", "10-30 s")
-        fns = self.fns
-        with quiet_numba():
-            out = fn(fns, *args)
-        _NUMBA_READY[0] = True
-        try:
-            ov = fn.overloads.get(tuple(fn.typeof_pyval(a) for a in (fns, *args)))
-        except Exception:  # an optimisation only: the dispatcher stays correct
-            ov = None
-        if ov is not None:
-            _ENTRIES[kernel] = ov.entry_point
+        out, fn = self._dispatch(kernel, args)
+        if fn is not None:
+            try:
+                ov = fn.overloads.get(tuple(fn.typeof_pyval(a) for a in (self.fns, *args)))
+            except Exception:  # an optimisation only: the dispatcher stays correct
+                ov = None
+            if ov is not None:
+                _ENTRIES[kernel] = ov.entry_point
         return out
 
     def call(self, kernel: str, *args):
         """``meanfield._kernels.<kernel>(fns, *args)`` (``pair`` is inserted where the kernel takes it)."""
         if kernel in _PAIRED:
             args = (self.pair, *args)
+        return self._dispatch(kernel, args)[0]
+
+    def _dispatch(self, kernel: str, args):
+        """(result, numba dispatcher or None): the interpreted engine where it may answer, else numba."""
         if self._interpreted_ok(args):
             out, ok = self._interpret(kernel, args)
             if ok:
-                return out
+                return out, None
         from . import _kernels
 
         fn = getattr(_kernels, kernel)
@@ -856,11 +847,10 @@ class CompiledRecursion:
             from ._cache import compile_notice
 
             compile_notice("the solver kernels", "10-30 s")
-        fns = self.fns
         with quiet_numba():
-            out = fn(fns, *args)
+            out = fn(self.fns, *args)
         _NUMBA_READY[0] = True
-        return out
+        return out, fn
 
     def __getattr__(self, name):
         if name.startswith("_"):

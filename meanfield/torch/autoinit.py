@@ -98,6 +98,7 @@ from torch.func import functional_call
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .. import autoinit as _theory
+from .._serialize import ShortRepr
 from .._validate import check_choice as _check_choice
 from .estimators import batch_statistics, exact_apjn, hutchinson_apjn
 
@@ -502,13 +503,8 @@ def _relu_mlp_weights(model, blocks):
 
 
 @dataclass(repr=False)
-class Measurement:
+class Measurement(ShortRepr):  # short repr: shapes and headline numbers
     """APJN and kernel of one model: ``J[l]`` = J^{l,l+1} between ``blocks[l]`` and ``blocks[l+1]``."""
-
-    def __repr__(self):  # short: shapes and headline numbers (meanfield._serialize)
-        from .._serialize import summarize
-
-        return summarize(self)
 
     blocks: list
     J: np.ndarray
@@ -524,13 +520,8 @@ class Measurement:
 
 
 @dataclass(repr=False)
-class AutoInitReport:
+class AutoInitReport(ShortRepr):  # short repr: shapes and headline numbers
     """What :func:`autoinit` did. ``J_*[l]`` is J^{l,l+1} between ``blocks[l]`` and ``blocks[l+1]``."""
-
-    def __repr__(self):  # short: shapes and headline numbers (meanfield._serialize)
-        from .._serialize import summarize
-
-        return summarize(self)
 
     blocks: list
     loss: str
@@ -747,13 +738,8 @@ def _check_order(twin, x):
 
 
 @dataclass(repr=False)
-class BatchSizeScan:
+class BatchSizeScan(ShortRepr):  # short repr: shapes and headline numbers
     """J^{l,l+1} against batch size (paper section 3): ``J[i, l]`` at ``batch_sizes[i]``."""
-
-    def __repr__(self):  # short: shapes and headline numbers (meanfield._serialize)
-        from .._serialize import summarize
-
-        return summarize(self)
 
     blocks: list
     batch_sizes: np.ndarray
