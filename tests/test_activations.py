@@ -186,6 +186,7 @@ def test_reference_integrator_is_accurate():
 # ---------------------------------------------------------------------------
 # One-point closed forms over K in [1e-6, 1e6].
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CLOSED))
 def test_closed_one_point_moments(name):
     act, ref = CLOSED[name]
@@ -199,6 +200,7 @@ def test_closed_one_point_moments(name):
         assert close(act.mean(K).evalf(30), e1, RTOL_CLOSED, atol=1e-20 * mp.sqrt(e2)), (name, K)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["erf", "gelu"])
 def test_closed_chi_delta_smooth(name):
     # weak form d/dK E[phi'^2] (the closed form) = pointwise E[phi''^2 + phi' phi''']
@@ -213,6 +215,7 @@ def test_closed_chi_delta_smooth(name):
         assert close(weak, pointwise, 1e-16), (name, K)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["relu", "leaky_relu(0.2)", "linear", "abs"])
 def test_closed_chi_delta_scale_invariant_is_zero_weakly(name):
     # pointwise phi''^2 + phi' phi''' contains delta(h)^2; in the weak sense
@@ -245,6 +248,7 @@ def two_point_reference(a, b, cond, K1, K2, rho):
         return gauss(lambda h: a(h) * cond(r * s2 / s1 * h, s2 * c), K1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CLOSED))
 def test_closed_two_point_kernels(name):
     act, ref = CLOSED[name]
@@ -308,6 +312,7 @@ def sin_exact(K):
             -mp.exp(-2 * K) - mp.exp(-K / 2) / 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FALLBACK))
 def test_fallback_one_point(name):
     act, ref = FALLBACK[name]
@@ -353,6 +358,7 @@ FALLBACK_2PT = [(0.5, 2.0, -1.0), (0.5, 2.0, -0.6), (0.5, 2.0, 0.0), (0.5, 2.0, 
                 (1.0, 1.0, 0.3), (4.0, 4.0, 0.95)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FALLBACK))
 def test_fallback_two_point(name, mp_smooth2):
     act, ref = FALLBACK[name]

@@ -22,6 +22,7 @@ DEFS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(DEFS))
 @pytest.mark.parametrize("K", [1e-6, 1e-4, 0.05, 0.7, 1.0, 3.0, 20.0, 200.0, 5000.0])
 def test_closed_forms_match_mpmath(name, K):
@@ -54,6 +55,7 @@ def test_elu_alpha_and_selu_fixed_point():
     assert abs(sp.N(selu.mean(1), 25)) < 1e-20 and abs(sp.N(selu.second_moment(1), 25) - 1) < 1e-20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["elu", "selu", "hardtanh"])
 def test_two_point_kernel_by_quadrature(name):
     # no closed form: the kernel is the package's 2-d quadrature; reference: nested adaptive

@@ -121,6 +121,7 @@ def test_one_step_learning_rate(relu_500, sigma_w):
     assert_critical(tuned, data(32, 500, seed=2), 0.95, 1.05)
 
 
+@pytest.mark.slow
 def test_relu_mlp_from_sigma_w_3_exact_check():
     model = mlp(8, 64, 32, 3.0, sigma_b=0.1, seed=4)
     tuned, rep = autoinit(model, data(64, 32), steps=10, progress=False)
@@ -204,6 +205,7 @@ def test_user_model_untouched_and_freeze_equals_rescale():
     assert out is m3
 
 
+@pytest.mark.slow
 def test_save_and_apply_to_fresh_instance(tmp_path):
     x = data(64, 3, 16, 16)
     kw = dict(img_size=16, patch_size=4, dim=16, depth=2, num_classes=10, layerscale=1.0)

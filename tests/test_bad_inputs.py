@@ -31,6 +31,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 ROW_SECONDS = 120        # per-row limit (a cold numba cache compiles a new architecture in ~30 s)
 GROUP_SECONDS = 900      # per-subprocess limit
 
@@ -509,6 +511,7 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("row", [r for r in ROWS], ids=[r[0] for r in ROWS])
 
 
+@pytest.mark.slow
 def test_row(row):
     rid, group = row[0], row[1]
     reports, tail, rc = _reports()[group]

@@ -176,6 +176,7 @@ def test_as_architecture():
         as_architecture(a, mu=0.5)
 
 
+@pytest.mark.slow
 def test_every_registered_activation_builds_every_block():
     for name in mf.available_activations():
         for kw in (dict(), dict(norm="ln_pre", mu=0.5), dict(norm="ln_post"), dict(norm="bn", mu=1.0),

@@ -93,6 +93,7 @@ def test_exponents_json_matches_library():
     assert data["zeta"] == pytest.approx(1.0, rel=1e-3)  # PJ eq. 133, derived in docs/theory.md
 
 
+@pytest.mark.slow
 def test_phase_diagram_writes_png_csv_json(tmp_path):
     out = tmp_path / "pd" / "relu"
     summary = json.loads(run("phase-diagram", "--activation", "relu", "--sigma-w", "0.5:2.5:9",

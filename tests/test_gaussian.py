@@ -209,6 +209,7 @@ def test_mp_smooth2_reference_is_accurate(mp_smooth2):
     assert abs(coarse - fine) < 1e-14 * abs(fine)
 
 
+@pytest.mark.slow
 def test_expect2_kinks_at_zero_any_variances():
     # the inner rule is centred where v = 0: ReLU products are exact (arc-cosine
     # kernel, Cho & Saul 2009) even for very different variances. The values go

@@ -96,6 +96,7 @@ PAIRS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pair", list(PAIRS))
 @pytest.mark.parametrize("name, depth", [("relu", 4), ("erf", 3)])
 def test_against_mpmath(name, depth, pair):
@@ -107,6 +108,7 @@ def test_against_mpmath(name, depth, pair):
     assert abs(r.ntk[0, 0] / float(T) - 1) < 1e-13
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["relu", "erf"])
 def test_standard_parameterisation_against_mpmath(name):
     x, y = PAIRS["different norms"]
@@ -133,6 +135,7 @@ ARCHS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(ARCHS))
 def test_diagonal_is_kernel_profile(key):
     arch = ARCHS[key]

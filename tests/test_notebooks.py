@@ -460,6 +460,7 @@ def _tanh_moments(K=1.0):
     return (_gauss(lambda h: math.tanh(h) ** 2, K), _gauss(lambda h: (1 - math.tanh(h) ** 2) ** 2, K))
 
 
+@pytest.mark.slow
 def test_your_own_architecture_notebook(run_notebook):
     _, out, s = run_notebook("your_own_architecture")
     assert s["tree"] == "residual(layer_norm(position='pre'), act('tanh'), dense(), mu=0.7) [depth=8]"
@@ -480,6 +481,7 @@ def test_your_own_architecture_notebook(run_notebook):
     assert "within the suite's rule: True" in out
 
 
+@pytest.mark.slow
 def test_gram_regression_notebook(run_notebook):
     """NNGP/NTK regression through the phases: critical keeps learning at depth 50, the others predict the mean."""
     from scipy.optimize import brentq

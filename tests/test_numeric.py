@@ -34,6 +34,7 @@ def _evaluate(comp, which, K, Q, Wv, Tv):
     return out[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", ARCHS, ids=lambda kw: "-".join(map(str, kw.values())))
 def test_compiled_expressions_match_sympy(kw):
     """Every compiled function equals the sympy expression it was printed from (mpmath evalf)."""

@@ -84,6 +84,7 @@ needs_torch = pytest.mark.skipif(torch is None, reason="needs the verify extra (
 
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @needs_torch
 def test_table1_by_monte_carlo():
@@ -143,6 +144,7 @@ def _relative_gammas(init, n_init, seed=0):
     return np.array(out)
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @needs_torch
 def test_geometric_init_equalises_gamma_across_layers():
@@ -158,6 +160,7 @@ def test_geometric_init_equalises_gamma_across_layers():
         assert mean.max() / mean.min() > 3, (init.__name__, mean)  # far from equal
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @needs_torch
 def test_weight_gradient_ratio_equals_gamma_and_forward_moments_follow_eq6():

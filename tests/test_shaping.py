@@ -85,6 +85,7 @@ def test_c_map_derivative_matches_finite_differences():
         assert S.trelu_c_map_derivative(c, a) == pytest.approx(fd, abs=1e-8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, phi", [
     ("erf", lambda t: mp.erf(t)),
     ("tanh", lambda t: mp.tanh(t)),
@@ -186,6 +187,7 @@ def test_maximal_curvature_matches_appendix_b5():
     assert S.maximal_slope(S.vanilla(7), 1.1) == pytest.approx(1.1 ** 7, rel=1e-14)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("net", [S.vanilla(3), S.vanilla(40), S.rescaled_resnet(20, 0.6),
                                  S.rescaled_resnet(12, 0.3, branch_depth=2)])
 @pytest.mark.parametrize("eta", [0.05, 0.3, 0.6])
@@ -209,6 +211,7 @@ def test_theorem1_bounds_hold(net, eta):
     assert float(S.global_c_map(net, act, 0.3, derivative=True)[1]) == pytest.approx(float(fd), abs=1e-7)
 
 
+@pytest.mark.slow
 def test_proposition1_corrected_shortcut_weight_exact():
     """TAT Prop. 1: vanilla TReLU net == rescaled ReLU ResNet with w = sqrt(2a/(1+a^2)) (not sqrt(a/(1+a^2)))."""
     a_sym, c_sym = sp.symbols("alpha c", positive=True)
@@ -283,6 +286,7 @@ def _conditions_mpmath(t):
             "C''(1)": E(lambda z: f[2](z) ** 2) / Q1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act, depth", [("softplus", 50), ("softplus", 1), ("tanh", 10), ("gelu", 20),
                                         ("silu", 5)])
 def test_smooth_tat_satisfies_its_four_conditions(act, depth):
@@ -304,6 +308,7 @@ def test_smooth_tat_satisfies_its_four_conditions(act, depth):
         assert (cf[2] - 2 * cf[1] + cf[0]) / h**2 == pytest.approx(tau, rel=2e-2)
 
 
+@pytest.mark.slow
 def test_smooth_tat_rescaled_resnet_uses_maximal_curvature():
     net = S.rescaled_resnet(24, 0.8, branch_depth=2)
     t = S.tat_transform("softplus", tau=0.3, network=net)
@@ -311,6 +316,7 @@ def test_smooth_tat_rescaled_resnet_uses_maximal_curvature():
     assert _conditions_mpmath(t)["C''(1)"] == pytest.approx(kappa, abs=1e-8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act, depth, zeta", [
     ("softplus", 50, 1.5),
     # tanh at depth 5 checks the global map at c = 0, where the two-point integrand
@@ -331,6 +337,7 @@ def test_dks_satisfies_its_conditions(act, depth, zeta):
         assert (cf[2] - cf[1]) / 1e-6 == pytest.approx(zeta, rel=1e-3)   # C_f'(1) = zeta
 
 
+@pytest.mark.slow
 def test_bad_input_raises_value_error_naming_the_problem():
     for depth in (0, -3, 2.5, True, "10"):
         with pytest.raises(ValueError, match="depth"):
@@ -389,6 +396,7 @@ def _mc_agrees(model_fn, c, width, n_init=8, tol_abs=0.02, seed=0):
     return theory, r
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @needs_torch
 @pytest.mark.parametrize("kind", ["trelu", "eoc", "tat_softplus", "trelu_resnet", "dks_tanh"])
@@ -408,6 +416,7 @@ def test_global_c_map_matches_monte_carlo(kind):
     assert np.all(r.se < 0.05)       # the error bars are informative
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @needs_torch
 def test_proposition1_monte_carlo():

@@ -60,6 +60,7 @@ def test_erf_fixed_point(sw, sb):
     assert close(mf.chi_J(activation="erf", sigma_w=sw, sigma_b=sb), sw ** 2 * derf2(ref))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act,phi,sw,sb", [
     ("gelu", gelu, 1.2, 0.3),
     ("tanh", mp.tanh, 1.5, 0.2),
@@ -173,6 +174,7 @@ def _ln_pre_slope(phi, dphi):
     return mp.sqrt(E(lambda x: dphi(x) ** 2, 1) - E(lambda x: phi(x) ** 2, 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mu", [None, 0.5])
 def test_ln_pre_lines(mu):
     sws = np.array([0.5, 1.0, 4.0])
@@ -204,6 +206,7 @@ def test_everywhere_critical_and_subcritical():
     assert mf.asymptotic_regime(activation="erf") == "none"
 
 
+@pytest.mark.slow
 def test_gelu_parametric_line_eqs_157_158():
     Ks = np.array([0.5, 2.0, 10.0])
     line = mf.critical_line(activation="gelu", K_star=Ks)
@@ -236,6 +239,7 @@ def _gelu_point_ref(mu):
     return K, Wv, Tv
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mu", [None, 0.5])
 def test_gelu_critical_points(mu):
     m = mu or 0.0
@@ -297,6 +301,7 @@ def test_correlation_length_and_phase_diagram():
     assert everywhere.everywhere_critical and np.all(everywhere.phase == 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", [
     dict(activation="relu", block="resmlp"),
     dict(activation="gelu", block="mixer", mu=0.5),

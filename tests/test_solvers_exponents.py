@@ -38,6 +38,7 @@ def test_scale_invariant_zeta_zero(kw):
     assert e.K_star == pytest.approx(p.sigma_w ** 2 + p.sigma_b ** 2, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_gelu_point_exponent():
     """At (1.408, 0.416) with K* = (3 + sqrt 17)/2: zeta = d1/c2 from an independent mpmath expansion.
 

@@ -62,11 +62,13 @@ def gelu_critical_point():
         return {"K": K, "W": W, "T": T, "zeta": d1 / c2, "c2": c2, "k_err": k_err}
 
 
+@pytest.mark.slow
 def test_reference_point_is_the_known_one(gelu_critical_point):
     assert gelu_critical_point["k_err"] < 1e-15
     assert gelu_critical_point["c2"] > 0   # attracting from above only (half-stable)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("K0", [None, 5.0])
 def test_exponents_from_13_digits(gelu_critical_point, K0):
     ref = gelu_critical_point
@@ -102,6 +104,7 @@ def test_far_point_is_not_snapped():
     assert e.regime != "critical point" and "distance" not in e.note
 
 
+@pytest.mark.slow
 def test_unreached_line_point_gelu():
     sw = 1.63
     with mp.workdps(DPS):

@@ -245,6 +245,7 @@ def test_resmlp_relu_apjn_eq_72_and_kernel_eq_67():
     assert same(sp.expand(corrected - printed), eps**2 * sb**2 * (eps**2 * sw**4 - sw**2) / 2)
 
 
+@pytest.mark.slow
 def test_resmlp_gelu_apjn_eq_69():
     rec = mf.recursion(activation="gelu", block="resmlp")
     # K_e = sw^2 K_d + sb^2 with K_d = K_c = (mu^2 + eps^2 sw^2) K + eps^2 sb^2 (eqs. 60-62)
@@ -313,6 +314,7 @@ def _gelu_map_mp(Kv, w, b, dps=60):
         return w * w * E2 + b * b, w * w * Ed2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["critical", "generic"])
 def test_series_gelu_against_mpmath_taylor(point):
     rec = mf.recursion(activation="gelu")
@@ -420,6 +422,7 @@ def test_evaluate_rejects_bad_numbers(bad, match):
         mf.recursion(activation="erf").evaluate(**args)
 
 
+@pytest.mark.slow
 def test_evaluate_fallback_matches_mpmath():
     rec = mf.recursion(activation="tanh")
     vals = rec.evaluate([0.01, 1.0, 100.0], 1.1, 0.0)
@@ -432,6 +435,7 @@ def test_evaluate_fallback_matches_mpmath():
         assert abs(got_j - 1.21 * Ed2) <= 1e-13 * 1.21 * Ed2
 
 
+@pytest.mark.slow
 def test_lambdify_nested_and_list_expressions():
     # a mixer block has expectations whose variance contains another expectation
     rec = mf.recursion(activation="tanh", block="mixer")

@@ -74,6 +74,7 @@ def _check(got, ref, tol, what):
     assert abs(got - ref) <= tol * abs(ref), f"{what}: got {got!r}, mpmath {ref!r}, rel {abs(got - ref) / abs(ref):.2e}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,expr,cuts", CASES, ids=[c[0] for c in CASES])
 def test_moments_match_mpmath_over_K_range(name, expr, cuts):
     """E[phi^2] and E[phi'^2] to 1e-10 relative for K in [1e-6, 1e6] (the numpy engine)."""
@@ -119,6 +120,7 @@ def test_breakpoints_and_jumps_found():
 # ---------------------------------------------------------------------------
 # K-derivatives: Price's theorem with jump terms vs the Gaussian-weight form vs FD.
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name,expr,cuts", [c for c in CASES if c[0] in ("SELU", "ELU", "kink", "Max(x-1,0)")],
                          ids=["Max(x-1,0)", "SELU", "ELU", "kink"])
 def test_dK_of_derivative_moment_three_ways(name, expr, cuts):
@@ -141,6 +143,7 @@ def test_dK_of_derivative_moment_three_ways(name, expr, cuts):
         assert abs(weight - price) < 1e-9 * max(1.0, abs(price)), (name, K, weight, price)
 
 
+@pytest.mark.slow
 def test_selu_like_chi_delta_matches_finite_difference_compiled():
     """The issue's case: (sigma_w, sigma_b, K) = (1, 0, 1), chi_Delta and d chi_J/dK = -0.1939, not +1.04."""
     import meanfield.numeric as num
@@ -214,6 +217,7 @@ def test_softplus_kernel_profile_large_K_finite_and_right():
     assert abs(mf.chi_J(activation="softplus", sigma_w=1.6, sigma_b=0.5) - 1.28) < 1e-9
 
 
+@pytest.mark.slow
 def test_numba_and_numpy_engines_agree():
     """The compiled engine (_quad1_scalar, loops) and the numpy one (_quad1, arrays) are one rule."""
     from numba import njit
@@ -246,6 +250,7 @@ def test_numba_and_numpy_engines_agree():
             assert abs(a[0] - none[0]) <= 1e-14 * a[1], (K, a, none)
 
 
+@pytest.mark.slow
 def test_two_point_kinks_away_from_zero():
     """E[Max(u-1,0) Max(v-1,0)] at (K1, K2, K12) = (1, 1, 1/2): mpmath split at u = 1 and v = 1."""
     from meanfield.gaussian import expect2, two_point_cuts
@@ -305,6 +310,7 @@ PAIR_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act, f, cuts", PAIR_CASES, ids=["Max(x-1,0)", "Abs(x-1/2)", "elu", "selu", "hardtanh",
                                                            "tanh"])
 def test_compiled_pair_kernel_matches_nested_quadpack(act, f, cuts):

@@ -99,6 +99,7 @@ def test_checkpoint_needs_client(tmp_path):
 # ---------------------------------------------------------------------------
 # On the LocalCluster.
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_phase_diagram_on_cluster_is_bit_identical(client):
     ref = phase_diagram(ERF, SW, SB, **PD)
     for init_chunk in (None, 4):  # 6 shards of 1 initialisation; shards of 4 + 2
@@ -157,6 +158,7 @@ def _data(results):
     return {r["id"]: (r["status"], strip(r.get("data", {}))) for r in results}
 
 
+@pytest.mark.slow
 def test_suite_on_cluster_gives_the_serial_results(client, tmp_path):
     serial = run_suite(CASES, tmp_path / "serial", device="cpu", progress=False, plots=False)
     dist = run_suite(CASES, tmp_path / "dask", device="cpu", progress=False, plots=False, client=client)
@@ -170,6 +172,7 @@ def test_suite_on_cluster_gives_the_serial_results(client, tmp_path):
     assert all(r.get("resumed") for r in again["results"])
 
 
+@pytest.mark.slow
 def test_autoinit_sweep_on_cluster_matches_serial(client, tmp_path):
     kw = dict(depth=4, width=64, input_dim=16, batch=16, steps=4, seed=3, device="cpu", progress=False)
     sw, lr = [1.0, 2.0], [0.01, 0.05]
@@ -250,6 +253,7 @@ def test_killed_worker_loses_no_shard(client, tmp_path):
     assert _same(res, ref)
 
 
+@pytest.mark.slow
 def test_suite_survives_a_killed_worker(client, tmp_path):
     client.wait_for_workers(2, timeout=120)
     ckpt = tmp_path / "cases"

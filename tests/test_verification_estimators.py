@@ -17,6 +17,7 @@ def _model(bn=False):
     return torch.nn.Sequential(*layers).double()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bn", [False, True])
 def test_hutchinson_is_unbiased_for_the_exact_apjn(bn):
     m = _model(bn)

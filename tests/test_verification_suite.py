@@ -27,6 +27,7 @@ TINY = [
 ]
 
 
+@pytest.mark.slow
 def test_run_suite_writes_report_and_resumes(tmp_path):
     out = run_suite(TINY, tmp_path, device="cpu", quick=True, progress=False)
     s = out["summary"]
