@@ -1,13 +1,25 @@
 """Cost of one AutoInit step in forward-pass equivalents, on the AutoInit paper's Fig. 1 point.
 
 The ReLU MLP of Fig. 1 (10 hidden layers of width 500, 3072 inputs, sigma_w = 2), |B| = 256, JLL:
-best of 6 interleaved (plain no-grad forward pass, step) pairs in one process, where a step is the
-estimator pass (``_Twin.jvp_pass``), the loss and ``autograd.grad`` to the scales. Prints
-step / forward on the wall clock and per process CPU-second.
+``repeat`` interleaved (plain no-grad forward pass, step) pairs in one process (default 12), where a
+step is the estimator pass (``_Twin.jvp_pass``), the loss and ``autograd.grad`` to the scales. Prints
+step / forward on the wall clock and per process CPU-second (best and median of the pairs), and the
+1-minute load average. ``OMP_WAIT_POLICY=PASSIVE`` is set before torch is imported unless the
+environment sets it (spinning OpenMP workers inflate CPU time on a shared machine; see
+benchmarks/mc_throughput.py).
 
-    python benchmarks/autoinit_step.py [n_probes]      # default 2
+Floor, counted in matrix products (each a fraction of the forward pass's 2.07 GFLOP; the input layer
+is 38 % of it): the primal forward 1; the tangents (the probes as one batch through the 10 hidden
+layers) 1.24 for 2 probes; reverse mode through the tangents, weight and input gradients, 2 x 1.24;
+reverse mode through the primal (the tangents of a smooth activation depend on h), 1 + 0.62. About 6.3
+forward passes of matrix products for 2 probes, before probes and element-wise work.
+
+    python benchmarks/autoinit_step.py [n_probes] [repeat]      # defaults 2, 12
 """
+import os
 import sys
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 
 try:
@@ -41,8 +53,11 @@ with _measuring(model):
     twin = _Twin(model, blocks)
     step(); fwd()
     tf, ts, cf, cs = [], [], [], []
-    for _ in range(6):
+    for _ in range(int(sys.argv[2]) if len(sys.argv) > 2 else 12):
         t0, c0 = time.perf_counter(), time.process_time(); fwd(); tf.append(time.perf_counter() - t0); cf.append(time.process_time() - c0)
         t0, c0 = time.perf_counter(), time.process_time(); step(); ts.append(time.perf_counter() - t0); cs.append(time.process_time() - c0)
+med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
 print(f"probes {R}: forward {min(tf)*1e3:.1f} ms (cpu {min(cf)*1e3:.1f}), step {min(ts)*1e3:.1f} ms (cpu {min(cs)*1e3:.1f}) -> "
-      f"{min(ts)/min(tf):.1f} forward equivalents (wall), {min(cs)/min(cf):.1f} (cpu)")
+      f"{min(ts)/min(tf):.1f} forward equivalents (wall), {min(cs)/min(cf):.1f} (cpu); medians "
+      f"{med(ts)/med(tf):.1f} (wall), {med(cs)/med(cf):.1f} (cpu); {len(tf)} pairs; load average "
+      f"{os.getloadavg()[0]:.2f}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")

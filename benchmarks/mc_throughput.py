@@ -16,7 +16,29 @@ and after the workload, in this process: a large square ``mm`` (2048^3) and
 the workload's own batched shape (``bmm``), the higher of the two is "peak".
 The 1-minute load average (the machine may be shared) is printed with them.
 
-    python benchmarks/mc_throughput.py [--small] [--repeat 3] [--json FILE]
+Roofline-style bound. Per layer and initialisation the pass does one
+(P S B, N) x (N, N) product (2 P S B N^2 flops), draws N^2 + N normals and
+runs a few element-wise passes over P S B N numbers (scale, bias, the
+activation). The components are timed here on their own (process CPU time,
+best of repeats, the workload's shapes) and the bound printed is
+
+    fraction <= (flops / peak) / (t_bmm + t_normals + t_elementwise),
+
+the best a pass can do when nothing else costs anything: with B = 1 the
+flops per normal number are only 2 P S, so the generator's speed caps the
+fraction whatever the matrix product does.
+
+OpenMP threads. torch's OpenMP workers spin-wait after every parallel region
+(libgomp's default). On a machine whose cores are shared, the spinning
+workers take CPU from the serial parts of the pass (the numba normals, the
+Python between operations) and from other processes; with 2 torch threads
+this doubled the pass's CPU time here. The script therefore sets
+``OMP_WAIT_POLICY=PASSIVE`` before importing torch unless ``--omp-active``
+(or an ``OMP_WAIT_POLICY`` already in the environment) says otherwise, and
+reports the policy it ran with. Set it the same way for long Monte-Carlo
+runs on shared CPUs.
+
+    python benchmarks/mc_throughput.py [--small] [--repeat 3] [--omp-active] [--json FILE]
 """
 from __future__ import annotations
 
@@ -26,6 +48,9 @@ import os
 import sys
 import time
 from pathlib import Path
+
+if "--omp-active" not in sys.argv:  # before torch (and its libgomp) is loaded; see the docstring
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 import torch
@@ -59,11 +84,33 @@ def peak(I, rows, N, n=5):
     return mm, bmm
 
 
+def components(I, P, N, n=5):
+    """Process CPU seconds per (layer, initialisation) of the pass's parts, at the workload's shapes."""
+    from meanfield.torch._philox import fill_normal
+
+    z, G = torch.randn(I, P, N), torch.randn(I, N, N)
+    _, bmm = _best(lambda: torch.bmm(z, G.transpose(1, 2)), n)
+    buf = np.empty((I, N * N + N), dtype=np.float32)
+    ids = np.arange(I)
+    _, normals = _best(lambda: fill_normal(buf, 0, ids, 7), n)
+    y = torch.randn(I, P, 1, 1, 1, N)
+    scale, sb, g = torch.rand(1, P, 1, 1, 1, 1) + 0.5, torch.rand(1, P, 1, 1, 1), torch.randn(I, 1, 1, 1, N)
+
+    def epilogue():  # what RDense and RActivation do after the product (networks.py)
+        y.mul_(scale)
+        y[:, :, 0] += sb * g
+        return torch.erf(y)
+
+    _, elem = _best(epilogue, n)
+    return dict(bmm=bmm / I, normals=normals / I, elementwise=elem / I)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--small", action="store_true")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", default=None)
+    p.add_argument("--omp-active", action="store_true", help="leave torch's OpenMP workers spin-waiting")
     a = p.parse_args(argv)
     if a.small:
         grid, depth, width, n_init, N0 = 3, 20, 128, 8, 128
@@ -89,18 +136,24 @@ def main(argv=None):
         times.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     mm1, bmm1 = peak(n_init, P, width)
+    comp = components(n_init, P, width)
     load1 = os.getloadavg()[0]
     # wall: best wall time against the best wall-clock peak; cpu: per process CPU-second on both sides
     # (fairer on a shared machine, where the wall clock also counts other processes' time slices)
     pk = max(mm0[0], mm1[0], bmm0[0], bmm1[0])
     pk_cpu = max(mm0[1], mm1[1], bmm0[1], bmm1[1])
     t, c = min(times), min(cpus)
+    # the bound on the most-common layer (S = 1): useful flops at the CPU peak over the parts' CPU time
+    per_layer = 2 * P * width * width
+    bound = per_layer / pk_cpu / 1e9 / sum(comp.values())
     res = dict(workload=dict(grid=grid, depth=depth, width=width, n_init=n_init, input_dim=N0, dtype="float32"),
                gflop=flops / 1e9, seconds=times, cpu_seconds=cpus, gflops=flops / t / 1e9,
                gflops_per_cpu_s=flops / c / 1e9,
                peak_mm_gflops=[mm0, mm1], peak_bmm_gflops=[bmm0, bmm1], peak_gflops=pk, peak_gflops_per_cpu_s=pk_cpu,
                fraction_of_peak=flops / t / 1e9 / pk, fraction_of_peak_cpu=flops / c / 1e9 / pk_cpu,
-               load_average_1min=[load0, load1], torch_threads=torch.get_num_threads())
+               load_average_1min=[load0, load1], torch_threads=torch.get_num_threads(),
+               omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "(unset: libgomp spins)"),
+               components_cpu_s_per_layer_init=comp, bound_fraction_of_peak_cpu=bound)
     print(f"{'small' if a.small else 'Fig. 2 at 10%'}: {flops / 1e9:.3g} GFLOP in {t:.2f} s (best of {a.repeat}; "
           f"all {', '.join(f'{x:.2f}' for x in times)} s; CPU {c:.2f} s) = {flops / t / 1e9:.3g} GFLOP/s "
           f"({flops / c / 1e9:.1f} per CPU-s)")
@@ -108,6 +161,11 @@ def main(argv=None):
           f"{bmm0[0]:.1f}/{bmm0[1]:.1f} then {bmm1[0]:.1f}/{bmm1[1]:.1f} GFLOP/s -> {100 * flops / t / 1e9 / pk:.0f} % "
           f"of {pk:.1f} (wall), {100 * flops / c / 1e9 / pk_cpu:.0f} % of {pk_cpu:.1f} (CPU); "
           f"load average {load0:.2f} -> {load1:.2f}")
+    tot = sum(comp.values())
+    print(f"per layer and initialisation (CPU): " + ", ".join(f"{k} {v * 1e3:.3f} ms ({100 * v / tot:.0f} %)"
+                                                           for k, v in comp.items())
+          + f" -> bound {100 * bound:.0f} % of the CPU peak; torch threads {torch.get_num_threads()}, "
+          f"OMP_WAIT_POLICY={res['omp_wait_policy']}")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     return res

@@ -311,7 +311,7 @@ class _Twin:
 
                 def reprobe(i):
                     def f(mod, inp, out):  # primal unchanged, tangent replaced by the probe u_i
-                        return _NoTangent.apply(out) + _Tangent.apply(x0, u[i], tuple(out.shape))
+                        return _Reprobe.apply(out, _Tangent.apply(x0, u[i], tuple(out.shape)))
                     return f
 
                 hooks = [m.register_forward_hook(keep(i)) for i, m in enumerate(self.modules)]
@@ -333,30 +333,41 @@ class _Twin:
         return J, list(K)
 
 
-class _NoTangent(torch.autograd.Function):
-    """Identity for the value and for reverse mode; the forward-mode tangent is dropped (set to zero)."""
+class _Reprobe(torch.autograd.Function):
+    """h unchanged (value and reverse mode); its forward-mode tangent replaced by the tangent of ``t``.
+
+    ``t`` is :class:`_Tangent`'s carrier of the probe. The output is a view of
+    ``h``: no copy and no zero tangent materialised and added (the earlier
+    pair of functions cloned h, filled two zero tensors per block and step
+    and added them).
+    """
 
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(p):
-        return p.clone()
+    def forward(h, t):
+        return h.view_as(h)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         pass
 
     @staticmethod
-    def jvp(ctx, dp):
-        return torch.zeros_like(dp)
+    def jvp(ctx, dh, dt):
+        return dt
 
     @staticmethod
     def backward(ctx, g):
-        return g
+        return g, None
 
 
 class _Tangent(torch.autograd.Function):
-    """Zeros of ``shape`` whose forward-mode tangent is ``u`` (a probe; ``src`` only carries the jvp level)."""
+    """Zeros of ``shape`` whose forward-mode tangent is the probe ``u``.
+
+    ``src`` (the jvp's dummy input) only carries the transform's level, so the
+    rule runs even where the block output has no tangent (the input layer's).
+    (An expanded zero, one stored number, is refused: torch writes into it.)
+    """
 
     generate_vmap_rule = True
 
