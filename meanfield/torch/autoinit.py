@@ -217,6 +217,7 @@ class _Twin:
         self.modules = [model.get_submodule(b) for b in blocks]
         self.base = {n: p.detach() for n, p in model.named_parameters()}
         self.coupled = _batch_coupled(model)
+        self.norms = [m for m in model.modules() if isinstance(m, (_BatchNorm, nn.LayerNorm))]
         self._shapes: dict = {}
 
     def params(self, scales):
@@ -314,7 +315,9 @@ class _Twin:
                         return _Reprobe.apply(out, _Tangent.apply(x0, u[i], tuple(out.shape)))
                     return f
 
-                hooks = [m.register_forward_hook(keep(i)) for i, m in enumerate(self.modules)]
+                # first: norms recomputed from differentiable operations (their tangents' reverse mode)
+                hooks = [m.register_forward_hook(_norm_by_formula) for m in self.norms]
+                hooks += [m.register_forward_hook(keep(i)) for i, m in enumerate(self.modules)]
                 hooks += [m.register_forward_hook(reprobe(i)) for i, m in enumerate(self.modules[:-1])]
                 try:
                     functional_call(self.model, params, (x,))
@@ -387,6 +390,40 @@ class _Tangent(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return None, None, None
+
+
+def _norm_by_formula(mod, inp, out):
+    """Forward hook: a BatchNorm (batch statistics) or LayerNorm output recomputed from plain operations.
+
+    torch's forward-mode rules for ``native_batch_norm`` and
+    ``native_layer_norm`` use the saved mean and inverse standard deviation,
+    which are non-differentiable outputs, so reverse mode through a tangent
+    (AutoInit differentiates J, a function of tangents, with respect to the
+    scales) misses every path through the statistics: the scale gradients of
+    layers before a norm came out wrong (tests/test_autoinit_twin.py checks
+    them against finite differences). Written with mean and var, both modes
+    of both derivatives follow from the chain rule:
+    y = (h - mean) / sqrt(var + eps) * weight + bias, with the biased variance
+    over the batch and spatial axes (BatchNorm) or the normalised trailing
+    axes (LayerNorm).
+    """
+    h = inp[0]
+    if isinstance(mod, _BatchNorm):
+        if not (mod.training or mod.running_mean is None):
+            return None  # running statistics: an affine map, torch's rules are exact
+        dims = (0,) + tuple(range(2, h.dim()))
+        view = (1, -1) + (1,) * (h.dim() - 2)
+    else:
+        dims = tuple(range(h.dim() - len(mod.normalized_shape), h.dim()))
+        view = tuple(mod.normalized_shape)
+    mean = h.mean(dims, keepdim=True)
+    c = h - mean
+    y = c / torch.sqrt(c.pow(2).mean(dims, keepdim=True) + mod.eps)
+    if getattr(mod, "weight", None) is not None:
+        y = y * mod.weight.view(view)
+    if getattr(mod, "bias", None) is not None:
+        y = y + mod.bias.view(view)
+    return y
 
 
 def _reduce(J_samples):
