@@ -30,11 +30,15 @@ act(phi)               E[phi(u)^2], E[phi(v)^2], E[phi(u) phi(v)]   E[phi'(u) ph
 layer_norm (pre/post)  1, 1, (K12 - m1 m2) / sqrt(v1 v2),           Theta / sqrt(v1 v2)
                        v_i = K_i - m_i^2
 rms_norm               1, 1, K12 / sqrt(K1 K2)                      Theta / sqrt(K1 K2)
+batch_norm (batch)     K -> n P K P / tr(P K P) over the batch       Theta -> n P Theta P / tr(P K P)
 scale(eps)             eps^2 K                                      eps^2 Theta
 residual(branch, mu)   branch(K) + mu^2 K                           branch(Theta) + mu^2 Theta
 =====================  ===========================================  ==================================
 
-with (u, v) zero-mean Gaussian, Var u = K1, Var v = K2, Cov = K12. The NTK
+with (u, v) zero-mean Gaussian, Var u = K1, Var v = K2, Cov = K12;
+P = I - 1 1^T / n centres over the n inputs of the batch (BatchNorm's row
+is a map of the batch's whole (n, n) matrices: ``BatchNorm.gram_batch``,
+see below). The NTK
 rules are Theta^{l+1} = (the layer's own parameters) + J Theta^l J^T per
 unit: a Dense layer's fresh weights make Theta diagonal over units at
 infinite width (Jacot et al. 2018, Thm. 1; Arora et al. 2019, eq. 9-10), an
@@ -73,10 +77,21 @@ What is exact, and what is refused
   RMSNorm, residual strength mu, LayerScale (``scale``): exact
   infinite-width limits (sequential limit, width -> infinity layer by
   layer), any input norms.
-* BatchNorm couples the inputs of a batch: the kernel of two inputs depends
-  on the whole batch, so it is not a map of one pair; ``kernels`` refuses it
-  (ValueError) rather than return the equal-norm large-batch formula of the
-  APJN calculus, which is wrong for inputs of different norms.
+* BatchNorm (per unit over the batch, biased variance, no epsilon, no
+  affine: the torch realisation's convention) couples the inputs of a
+  batch, so the kernel of two inputs depends on the whole batch. The batch
+  is the rows of ``x1`` (``x2`` is refused); between BatchNorms the tree's
+  pair maps act entry by entry on the batch's (n, n) matrices, and at each
+  BatchNorm ``BatchNorm.gram_batch`` applies the large-batch limit
+  K -> n PKP / tr(PKP), Theta -> n P Theta P / tr(PKP). It is exact as the
+  batch's effective size n_eff = tr(PKP)^2 / tr((PKP)^2) -> infinity (the
+  divisor self-averages; the Jacobian's cross-sample terms y y^T / n and the
+  divisor's fluctuations are O(1 / n_eff)), which needs many inputs with
+  small correlations after centring. ``Kernels.batch_n_eff`` reports it per
+  block. With ReLU-like phi (E[phi] != 0) and inputs of different norms,
+  the per-input scales sqrt(K(x, x)) enter the next kernel as a rank-one
+  term that centring does not remove, and n_eff falls with depth (79 -> 14
+  over 20 blocks for a batch of 128): the limit is not reached there.
 * ResMLP and MLP-Mixer: their inputs are images (tokens x channels) and
   their pair state is two channels of one token (the Mixer) or needs the
   full token-token covariance; Gram matrices over images are not
@@ -95,7 +110,8 @@ catastrophically for near-parallel inputs once the kernel exceeds ~1e8
 (eps K^2 > 1 + K1 + K2); such a result breaks Cauchy-Schwarz and is refused
 (ValueError) rather than returned. A non-finite result (a kernel beyond
 float64, a zero signal normalised) is a ValueError too. Identical inputs
-(the diagonal, repeated rows) are pinned to the diagonal map at every layer:
+(the diagonal, repeated rows) are pinned to the diagonal map at every layer
+(with BatchNorm, to the diagonal entry of the batch's matrix):
 in the chaotic phase correlation 1 is an unstable fixed point, and a
 rounding difference of 1e-16 would otherwise grow by chi_c per layer to an
 O(1) error.
@@ -346,11 +362,14 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     ----------
     arch : Architecture, Network, tree or activation name
         The repeated block (MLPs: any activation, LayerNorm pre/post,
-        RMSNorm, residual mu, LayerScale). BatchNorm and token blocks
-        (ResMLP, Mixer) are refused: see :mod:`meanfield.gram`.
+        RMSNorm, residual mu, LayerScale, BatchNorm in its large-batch
+        limit). Token blocks (ResMLP, Mixer) are refused: see
+        :mod:`meanfield.gram`.
     x1 : array (n1, d)
+        With BatchNorm: the batch (n1 >= 2).
     x2 : array (n2, d), optional
-        Default: ``x1`` (the symmetric Gram matrix).
+        Default: ``x1`` (the symmetric Gram matrix). Not with BatchNorm (the
+        kernels depend on the batch; pass every input in ``x1``).
     depth : int >= 1
         Dense layers, as in ``monte_carlo``: the input layer
         h^1 = W x + b, then depth - 1 blocks. The kernels are those of h^depth.

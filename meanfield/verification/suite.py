@@ -539,7 +539,8 @@ def _kind_gram(case, device, dtype):
     """NNGP / NTK Gram matrices (meanfield.kernels) against the empirical ones on the same inputs.
 
     Inputs: ``n_inputs`` rows of N(0, 1) in ``input_dim`` features, each row
-    scaled by U(0.5, 2) (seeded), so the norms differ. Compared: every entry
+    scaled by U(0.5, 2) (seeded), so the norms differ (or to |x|^2 = d with
+    ``"equal_norms": true``). Compared: every entry
     of the first ``rows`` rows' block (default all), NNGP over initialisations
     and NTK by torch.func (:func:`~meanfield.verification.gram.empirical_kernels`),
     each with the suite's rule at l = depth (and the 1/batch term with
@@ -554,7 +555,11 @@ def _kind_gram(case, device, dtype):
     param = case.get("parameterization", "ntk")
     get = tuple(case.get("get", ("nngp", "ntk")))
     rng = np.random.default_rng(int(case.get("seed", 0)))
-    x = rng.standard_normal((n, int(case["input_dim"]))) * rng.uniform(0.5, 2.0, size=(n, 1))
+    d = int(case["input_dim"])
+    x = rng.standard_normal((n, d))
+    # equal_norms: |x|^2 = d (BatchNorm with ReLU needs it for the large-batch limit at depth, docs/gram.md)
+    x *= np.sqrt(d) / np.linalg.norm(x, axis=1, keepdims=True) if case.get("equal_norms") else \
+        rng.uniform(0.5, 2.0, size=(n, 1))
     rows = np.arange(int(case.get("rows", n)))
     th = kernels(arch, x, depth=depth, sigma_w=sw, sigma_b=sb, parameterization=param, get=get, width=width)
     t0 = time.time()
