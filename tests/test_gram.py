@@ -294,6 +294,7 @@ def test_batchnorm_symmetric_batch_is_the_pair_calculus():
     for arch in (mf.Architecture("relu", norm="bn"), mf.Architecture("erf", norm="bn", mu=0.6),
                  mf.Architecture("gelu", norm="bn", mu=0.8, stages=2)):
         r = kernels(arch, x, depth=7, sigma_w=1.4, sigma_b=0.3, per_layer=True)
+        assert r.batch_n_eff.shape == (6,)
         prof = mf.kernel_profile(arch, sigma_w=1.4, sigma_b=0.3, depth=7)
         np.testing.assert_allclose(r.nngp_diag, np.tile(prof.K[:, None], (1, n)), rtol=1e-12)
         for M in (r.nngp, r.ntk):
@@ -401,13 +402,13 @@ def test_monte_carlo_deep_wide(key, sw, sb):
     assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * 20 / 512))
 
 
-def _bn_case(act, n, d, depth, width, n_init, n_outputs, equal_norms, seed):
+def _bn_case(act, n, d, depth, width, n_init, n_outputs, equal_norms, seed, **arch_kw):
     from meanfield.verification.gram import empirical_kernels
 
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, d))
     x *= np.sqrt(d) / np.linalg.norm(x, axis=1, keepdims=True) if equal_norms else rng.uniform(0.5, 2, (n, 1))
-    arch = mf.Architecture(act, norm="bn")
+    arch = mf.Architecture(act, norm="bn", **arch_kw)
     kw = dict(depth=depth, sigma_w=1.2, sigma_b=0.3)
     r = kernels(arch, x, **kw)
     rows = [0, 1, 2]
@@ -428,8 +429,17 @@ def test_monte_carlo_batchnorm():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("act, equal_norms", [("relu", True), ("erf", False)])
-def test_monte_carlo_batchnorm_deep_wide(act, equal_norms):
+def test_monte_carlo_batchnorm_resnet():
+    """The pre-activation ResNet block (two BN -> relu -> dense stages inside a residual, mu = 0.7):
+    Residual.combine around a batch-level branch, 64 inputs of different norms, depth 3."""
+    pytest.importorskip("torch")
+    _bn_case("relu", 64, 256, 3, 256, 8, 1, False, 13, mu=0.7, stages=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("act, equal_norms, arch_kw", [("relu", True, {}), ("erf", False, {}),
+                                                       ("relu", True, {"mu": 0.7, "stages": 2})])
+def test_monte_carlo_batchnorm_deep_wide(act, equal_norms, arch_kw):
     """depth 20, width 512, batch 128: BatchNorm's large-batch NNGP / NTK against Monte Carlo.
 
     ReLU with equal-norm inputs, erf with norms 0.5-2 (erf's zero mean lets
@@ -440,7 +450,7 @@ def test_monte_carlo_batchnorm_deep_wide(act, equal_norms):
     reached (docs/gram.md).
     """
     pytest.importorskip("torch")
-    r, _ = _bn_case(act, 128, 512, 20, 512, 12, 2, equal_norms, 6)
+    r, _ = _bn_case(act, 128, 512, 20, 512, 12, 2, equal_norms, 6, **arch_kw)
     assert r.batch_n_eff.min() > 60
 
 
