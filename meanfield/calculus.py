@@ -352,7 +352,46 @@ class BatchNorm(Primitive):
 
     def gram(self, g):
         raise ValueError("batch_norm() couples the inputs of a batch: its kernel is not a map of one pair "
-                         "(K1, K2, K12); meanfield.kernels computes it over the whole batch (NNGP only)")
+                         "(K1, K2, K12); meanfield.kernels applies BatchNorm.gram_batch to the whole batch")
+
+    @staticmethod
+    def gram_batch(K, T=None):
+        r"""The large-batch map of the batch's NNGP (and NTK) Gram matrices (:mod:`meanfield.gram`).
+
+        ``K``, ``T``: (n, n) float arrays over the n inputs of the batch (the
+        per-unit kernel and NTK of the Gaussian preactivation h entering the
+        node). Per unit, y = P h / s with P = I - 1 1^T / n (the batch mean)
+        and s^2 = h^T P h / n (the biased batch variance, no epsilon: the
+        convention of the torch realisation). At infinite width h ~ N(0, K);
+        when the batch is large (n_eff = tr(PKP)^2 / tr((PKP)^2) -> infinity)
+        s^2 concentrates at tr(PKP) / n, so y is Gaussian with
+
+            K' = n P K P / tr(P K P).
+
+        The Jacobian dy/dh = (P - y y^T / n) / s annihilates the batch
+        direction 1 exactly; on the rest the y y^T / n term contributes
+        O(1/n_eff) to J T J^T when K, T carry no other O(n) eigenvalue (the
+        same order as the neglected fluctuations of s), so
+
+            T' = n P T P / tr(P K P).
+
+        (Equal norms, K = (K - K12) I + K12 1 1^T, give K' -> I: the
+        (K, K12) -> (1, 0) of :meth:`forward`; the NTK's growth factor for
+        ReLU is pi / (pi - 1), Yang et al. 2019's gradient explosion rate.)
+        """
+        K = np.asarray(K, dtype=np.float64)
+        n = K.shape[0]
+        if n < 2:
+            raise ValueError("BatchNorm normalises over the batch: it needs at least 2 inputs (x1 with n >= 2 rows)")
+
+        def centre(M):
+            # P M P for a symmetric M, written so that the result is symmetric to the last bit
+            r = M.mean(axis=1)
+            return M - (r[:, None] + r[None, :]) + r.mean()
+
+        PKP = centre(K)
+        scale = n / np.trace(PKP)
+        return PKP * scale, (None if T is None else centre(np.asarray(T, dtype=np.float64)) * scale)
 
 
 @dataclass(frozen=True)
@@ -577,8 +616,15 @@ class Residual(Primitive):
         return self.branch.chi_delta(s)
 
     def gram(self, g):
-        # the branch ends in fresh zero-mean weights: no cross terms with the skip, in K or in Theta
-        out = self.branch.gram(g)
+        return self.combine(self.branch.gram(g), g)
+
+    def combine(self, out: "GramSignal", g: "GramSignal") -> "GramSignal":
+        """The block's output from the branch's output ``out`` and the skip's input ``g``.
+
+        The branch ends in fresh zero-mean weights: no cross terms with the
+        skip, in K or in Theta. (Split from :meth:`gram` so that a branch
+        mapped over a whole batch, with BatchNorm, reuses the rule.)
+        """
         m2 = self.mu**2
         return g.to(out.K1 + m2 * g.K1, out.K2 + m2 * g.K2, out.K12 + m2 * g.K12, out.T12 + m2 * g.T12)
 

@@ -30,11 +30,15 @@ act(phi)               E[phi(u)^2], E[phi(v)^2], E[phi(u) phi(v)]   E[phi'(u) ph
 layer_norm (pre/post)  1, 1, (K12 - m1 m2) / sqrt(v1 v2),           Theta / sqrt(v1 v2)
                        v_i = K_i - m_i^2
 rms_norm               1, 1, K12 / sqrt(K1 K2)                      Theta / sqrt(K1 K2)
+batch_norm (batch)     K -> n P K P / tr(P K P) over the batch       Theta -> n P Theta P / tr(P K P)
 scale(eps)             eps^2 K                                      eps^2 Theta
 residual(branch, mu)   branch(K) + mu^2 K                           branch(Theta) + mu^2 Theta
 =====================  ===========================================  ==================================
 
-with (u, v) zero-mean Gaussian, Var u = K1, Var v = K2, Cov = K12. The NTK
+with (u, v) zero-mean Gaussian, Var u = K1, Var v = K2, Cov = K12;
+P = I - 1 1^T / n centres over the n inputs of the batch (BatchNorm's row
+is a map of the batch's whole (n, n) matrices: ``BatchNorm.gram_batch``,
+see below). The NTK
 rules are Theta^{l+1} = (the layer's own parameters) + J Theta^l J^T per
 unit: a Dense layer's fresh weights make Theta diagonal over units at
 infinite width (Jacot et al. 2018, Thm. 1; Arora et al. 2019, eq. 9-10), an
@@ -73,10 +77,21 @@ What is exact, and what is refused
   RMSNorm, residual strength mu, LayerScale (``scale``): exact
   infinite-width limits (sequential limit, width -> infinity layer by
   layer), any input norms.
-* BatchNorm couples the inputs of a batch: the kernel of two inputs depends
-  on the whole batch, so it is not a map of one pair; ``kernels`` refuses it
-  (ValueError) rather than return the equal-norm large-batch formula of the
-  APJN calculus, which is wrong for inputs of different norms.
+* BatchNorm (per unit over the batch, biased variance, no epsilon, no
+  affine: the torch realisation's convention) couples the inputs of a
+  batch, so the kernel of two inputs depends on the whole batch. The batch
+  is the rows of ``x1`` (``x2`` is refused); between BatchNorms the tree's
+  pair maps act entry by entry on the batch's (n, n) matrices, and at each
+  BatchNorm ``BatchNorm.gram_batch`` applies the large-batch limit
+  K -> n PKP / tr(PKP), Theta -> n P Theta P / tr(PKP). It is exact as the
+  batch's effective size n_eff = tr(PKP)^2 / tr((PKP)^2) -> infinity (the
+  divisor self-averages; the Jacobian's cross-sample terms y y^T / n and the
+  divisor's fluctuations are O(1 / n_eff)), which needs many inputs with
+  small correlations after centring. ``Kernels.batch_n_eff`` reports it per
+  block. With ReLU-like phi (E[phi] != 0) and inputs of different norms,
+  the per-input scales sqrt(K(x, x)) enter the next kernel as a rank-one
+  term that centring does not remove, and n_eff falls with depth (79 -> 14
+  over 20 blocks for a batch of 128): the limit is not reached there.
 * ResMLP and MLP-Mixer: their inputs are images (tokens x channels) and
   their pair state is two channels of one token (the Mixer) or needs the
   full token-token covariance; Gram matrices over images are not
@@ -95,7 +110,8 @@ catastrophically for near-parallel inputs once the kernel exceeds ~1e8
 (eps K^2 > 1 + K1 + K2); such a result breaks Cauchy-Schwarz and is refused
 (ValueError) rather than returned. A non-finite result (a kernel beyond
 float64, a zero signal normalised) is a ValueError too. Identical inputs
-(the diagonal, repeated rows) are pinned to the diagonal map at every layer:
+(the diagonal, repeated rows) are pinned to the diagonal map at every layer
+(with BatchNorm, to the diagonal entry of the batch's matrix):
 in the chaotic phase correlation 1 is an unstable fixed point, and a
 rounding difference of 1e-16 would otherwise grow by chi_c per layer to an
 O(1) error.
@@ -150,9 +166,6 @@ def _checked_spec(arch):
     from .calculus import as_architecture
 
     spec = as_architecture(arch)
-    if spec.couples_batch:
-        raise ValueError("arch has a batch_norm(): BatchNorm couples the inputs of a batch, so the kernel of "
-                         "two inputs is not a function of that pair; Gram matrices are not computed for it")
     if spec.has_tokens:
         raise ValueError("arch acts along tokens (ResMLP / MLP-Mixer): its inputs are images and its pair state "
                          "is not a pair of inputs; Gram matrices over images are not implemented")
@@ -160,19 +173,122 @@ def _checked_spec(arch):
     return spec
 
 
-@functools.lru_cache(maxsize=64)
-def _compiled(spec, parameterization: str, with_ntk: bool):
-    from .calculus import GramSignal
+def _values(spec) -> tuple:
+    """The numeric structural parameters (mu, eps) as a hashable tuple."""
+    return tuple(sorted(spec.parameters().items(), key=lambda kv: str(kv[0])))
+
+
+def _lambdify(args, exprs):
     from .symbolic import _numeric_expectations
 
-    g = GramSignal(_K1, _K2, _K12, _T12, parameterization=parameterization, width=_WIDTH)
-    out = spec.block_spec().gram(g)
-    vals = spec.parameters()
-    exprs = [sp.sympify(out.K12).subs(vals)] + ([sp.sympify(out.T12).subs(vals)] if with_ntk else [])
     exprs, namespace = _numeric_expectations([_safe(e) for e in exprs])
     namespace.update(_mf_acos=lambda a: np.arccos(_clip1(a)), _mf_asin=lambda a: np.arcsin(_clip1(a)),
                      _mf_sqrt=_sqrt0)
-    return sp.lambdify(_ARGS, exprs, modules=[namespace, "numpy", "scipy"], cse=True)
+    return sp.lambdify(args, exprs, modules=[namespace, "numpy", "scipy"], cse=True)
+
+
+@functools.lru_cache(maxsize=128)
+def _compile_layers(layers: tuple, vals: tuple, parameterization: str, with_ntk: bool, boundary: bool = False):
+    """The pair map of ``layers`` applied in order, compiled to numpy (signature of :func:`gram_map`).
+
+    ``boundary``: the output is handed to a batch-level step (BatchNorm, a
+    residual around one), which takes a Gaussian zero-mean state.
+    """
+    from .calculus import GramSignal, _short
+
+    out = GramSignal(_K1, _K2, _K12, _T12, parameterization=parameterization, width=_WIDTH)
+    for p in layers:
+        out = p.gram(out)
+    if boundary and not (out.gaussian and out.m1 == 0 and out.m2 == 0):
+        raise ValueError(f"{', '.join(_short(p) for p in layers)} ends in a non-Gaussian signal next to a "
+                         "batch_norm() or a residual around one; Gram matrices need a dense layer there")
+    vals = dict(vals)
+    exprs = [sp.sympify(out.K12).subs(vals)] + ([sp.sympify(out.T12).subs(vals)] if with_ntk else [])
+    return _lambdify(_ARGS, exprs)
+
+
+_B1, _B2, _B12, _BT12 = sp.symbols("B1 B2 B12 BTheta12")
+
+
+@functools.lru_cache(maxsize=32)
+def _compile_combine(node, vals: tuple, with_ntk: bool):
+    """A Residual's combination rule (``Residual.combine``) of branch (B..) and skip (K..) states, compiled."""
+    from .calculus import GramSignal
+
+    out = node.combine(GramSignal(_B1, _B2, _B12, _BT12), GramSignal(_K1, _K2, _K12, _T12))
+    vals = dict(vals)
+    exprs = [sp.sympify(out.K12).subs(vals)] + ([sp.sympify(out.T12).subs(vals)] if with_ntk else [])
+    return _lambdify((_K1, _K2, _K12, _T12, _B1, _B2, _B12, _BT12), exprs)
+
+
+def _cached(fn, *args):
+    try:
+        return fn(*args)
+    except TypeError:  # an unhashable spec (a user activation holding a list, say): no cache
+        return fn.__wrapped__(*args)
+
+
+def _compiled(spec, parameterization: str, with_ntk: bool):
+    return _cached(_compile_layers, (spec.block_spec(),), _values(spec), parameterization, bool(with_ntk))
+
+
+def _couples(node) -> bool:
+    from .calculus import BatchNorm
+
+    return any(isinstance(p, BatchNorm) for p in node.primitives())
+
+
+class _BatchWalk:
+    """One block applied to the (n, n) Gram matrices of a whole batch (trees with BatchNorm).
+
+    The tree drives it: runs of per-pair primitives go through their compiled
+    pair map entry by entry (the diagonal of the matrix is K1, K2), a
+    BatchNorm through ``BatchNorm.gram_batch`` on the whole matrix, a
+    Residual around a BatchNorm through ``Residual.combine``.
+    """
+
+    def __init__(self, vals, parameterization, with_ntk, sw, sb, n_width):
+        self.vals, self.param, self.ntk = vals, parameterization, with_ntk
+        self.args = (sw, sb, n_width)
+        self.n_eff = []     # the batch's effective size at every BatchNorm passed, in order
+
+    def _zero(self, T):
+        return T if self.ntk else np.zeros(())
+
+    def pair(self, layers, K, T):
+        f = _cached(_compile_layers, tuple(layers), self.vals, self.param, self.ntk, True)
+        d = np.diag(K).copy()
+        outs = f(d[:, None], d[None, :], K, self._zero(T), *self.args)
+        return _full(outs[0], K.shape), (_full(outs[1], K.shape) if self.ntk else None)
+
+    def walk(self, node, K, T):
+        from .calculus import BatchNorm, Chain, Residual, _short
+
+        if not _couples(node):
+            return self.pair((node,), K, T)
+        if isinstance(node, BatchNorm):
+            K, T = node.gram_batch(K, T if self.ntk else None)
+            # n_eff = tr(PKP)^2 / tr((PKP)^2): the large-batch limit's error is O(1 / n_eff) per BatchNorm
+            self.n_eff.append(np.trace(K) ** 2 / np.sum(K * K))
+            return K, T
+        if isinstance(node, Chain):
+            run = []
+            for p in node.layers:
+                if _couples(p):
+                    if run:
+                        K, T = self.pair(run, K, T)
+                        run = []
+                    K, T = self.walk(p, K, T)
+                else:
+                    run.append(p)
+            return self.pair(run, K, T) if run else (K, T)
+        if isinstance(node, Residual):
+            Kb, Tb = self.walk(node.branch, K, T)
+            f = _cached(_compile_combine, node, self.vals, self.ntk)
+            d, db = np.diag(K).copy(), np.diag(Kb).copy()
+            outs = f(d[:, None], d[None, :], K, self._zero(T), db[:, None], db[None, :], Kb, self._zero(Tb))
+            return _full(outs[0], K.shape), (_full(outs[1], K.shape) if self.ntk else None)
+        raise ValueError(f"{_short(node)} holds a batch_norm() and has no batch-level Gram rule")
 
 
 def gram_map(arch, parameterization: str = "ntk", ntk: bool = True):
@@ -181,13 +297,14 @@ def gram_map(arch, parameterization: str = "ntk", ntk: bool = True):
     Returns ``f(K1, K2, K12, Theta12, sigma_w, sigma_b, width) -> [K12', Theta12']``
     (``[K12']`` when ``ntk=False``), broadcasting over arrays; the diagonal is
     ``f(K, K, K, Theta, ...)``. Built from the primitives' ``gram`` rules.
+    Blocks with BatchNorm have no pair map (ValueError): see :func:`kernels`.
     """
     check_choice("parameterization", parameterization, PARAMETERIZATIONS)
     spec = _checked_spec(arch)
-    try:
-        return _compiled(spec, parameterization, bool(ntk))
-    except TypeError:  # an unhashable spec (a user activation holding a list, say): no cache
-        return _compiled.__wrapped__(spec, parameterization, bool(ntk))
+    if spec.couples_batch:
+        raise ValueError("arch has a batch_norm(): its Gram map couples the whole batch and is not a pair map; "
+                         "use meanfield.kernels on the batch")
+    return _compiled(spec, parameterization, bool(ntk))
 
 
 # ---------------------------------------------------------------------------
@@ -200,7 +317,11 @@ class Kernels(Result):
     ``nngp[a, b] = K^depth(x1[a], x2[b])``, ``ntk[a, b] = Theta^depth(x1[a], x2[b])``
     (float64, shape (n1, n2); None when not asked for). ``nngp_diag`` is the
     per-layer diagonal K^l(x1[a], x1[a]) for l = 1..depth, shape (depth, n1),
-    when asked (``per_layer=True``). Conventions: :mod:`meanfield.gram`.
+    when asked (``per_layer=True``). ``batch_n_eff`` (blocks with BatchNorm
+    only, shape (depth - 1,)): the batch's effective size
+    tr(PKP)^2 / tr((PKP)^2) at each block's BatchNorm (the smallest when
+    there are several); the large-batch limit is exact as it grows, with
+    O(1 / n_eff) corrections per block. Conventions: :mod:`meanfield.gram`.
     """
 
     architecture: object
@@ -212,6 +333,7 @@ class Kernels(Result):
     nngp: np.ndarray | None
     ntk: np.ndarray | None
     nngp_diag: np.ndarray | None = None
+    batch_n_eff: np.ndarray | None = None
 
 
 def _full(v, shape):
@@ -240,11 +362,14 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     ----------
     arch : Architecture, Network, tree or activation name
         The repeated block (MLPs: any activation, LayerNorm pre/post,
-        RMSNorm, residual mu, LayerScale). BatchNorm and token blocks
-        (ResMLP, Mixer) are refused: see :mod:`meanfield.gram`.
+        RMSNorm, residual mu, LayerScale, BatchNorm in its large-batch
+        limit). Token blocks (ResMLP, Mixer) are refused: see
+        :mod:`meanfield.gram`.
     x1 : array (n1, d)
+        With BatchNorm: the batch (n1 >= 2).
     x2 : array (n2, d), optional
-        Default: ``x1`` (the symmetric Gram matrix).
+        Default: ``x1`` (the symmetric Gram matrix). Not with BatchNorm (the
+        kernels depend on the batch; pass every input in ``x1``).
     depth : int >= 1
         Dense layers, as in ``monte_carlo``: the input layer
         h^1 = W x + b, then depth - 1 blocks. The kernels are those of h^depth.
@@ -298,7 +423,19 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     if b.shape[1] != a.shape[1]:
         raise ValueError(f"x1 and x2 must have the same number of features, got {a.shape[1]} and {b.shape[1]}")
     d = a.shape[1]
-    f = gram_map(spec, parameterization, want_ntk)
+    batch = spec.couples_batch
+    if batch:
+        if not same:
+            raise ValueError("arch has a batch_norm(): the kernels depend on the whole batch, which is the rows of "
+                             "x1; pass every input as x1 (x2 must be None) and take the block you need")
+        if a.shape[0] < 2:
+            raise ValueError("arch has a batch_norm(): it normalises over the batch (the rows of x1), which needs "
+                             f"at least 2 rows, got {a.shape[0]}")
+        walk = _BatchWalk(_values(spec), parameterization, want_ntk, sw, sb, n_width)
+        n_eff = []
+        block = spec.block_spec()
+    else:
+        f = _compiled(spec, parameterization, want_ntk)
 
     # the input layer (both parameterisations share the NNGP)
     dot = a @ b.T
@@ -324,6 +461,19 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     zero_T = np.zeros(())
     with np.errstate(all="ignore"):
         for _ in range(depth - 1):
+            if batch:
+                # the batch is x1 (x2 is None): full (n, n) matrices, the diagonal carries K1, K2
+                walk.n_eff.clear()
+                C, T = walk.walk(block, C, T if want_ntk else None)
+                n_eff.append(min(walk.n_eff))
+                Ka = Kb = np.diag(C).copy()
+                C = pin(C, Ka)
+                if want_ntk:
+                    Ta = Tb = np.diag(T).copy()
+                    T = pin(T, Ta)
+                if per_layer:
+                    diag.append(Ka.copy())
+                continue
             outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, sw, sb, n_width)
             da_out = f(Ka, Ka, Ka, Ta if want_ntk else zero_T, sw, sb, n_width)
             db_out = da_out if same else f(Kb, Kb, Kb, Tb if want_ntk else zero_T, sw, sb, n_width)
@@ -349,4 +499,4 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
                                  "near-parallel inputs); see meanfield.gram, Numerics")
     return Kernels(spec, sw, sb, depth, parameterization, float(width) if width is not None else None,
                    C if "nngp" in get else None, T if want_ntk else None,
-                   np.array(diag) if per_layer else None)
+                   np.array(diag) if per_layer else None, np.array(n_eff) if batch else None)

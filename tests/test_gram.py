@@ -216,12 +216,120 @@ def test_relu_parallel_inputs_exact():
 
 
 # ---------------------------------------------------------------------------
+# BatchNorm: the batch-level step.
+# ---------------------------------------------------------------------------
+def _bn_jacobian_terms(y, s, PTP):
+    """J T J^T per sample for J = (P - y y^T / n) / s (checked against finite differences below)."""
+    n = y.shape[1]
+    a = y @ PTP
+    q = np.einsum("mi,mi->m", a, y)
+    w = 1 / s**2
+    X = np.einsum("m,mi,mj->ij", w, a, y) / n
+    return PTP * w.sum() - X - X.T + np.einsum("m,mi,mj->ij", w * q / n**2, y, y)
+
+
+def test_batchnorm_jacobian_formula_by_finite_differences():
+    rng = np.random.default_rng(10)
+    n = 12
+    h = rng.standard_normal(n) * rng.uniform(0.5, 2, n)
+
+    def y(v):
+        c = v - v.mean()
+        return c / np.sqrt((c**2).mean())
+
+    d = 1e-6
+    J_fd = np.array([(y(h + d * e) - y(h - d * e)) / (2 * d) for e in np.eye(n)]).T
+    c = h - h.mean()
+    s = np.sqrt((c**2).mean())
+    J = (np.eye(n) - 1 / n - np.outer(y(h), y(h)) / n) / s
+    np.testing.assert_allclose(J, J_fd, atol=1e-8)
+    T = rng.standard_normal((n, n))
+    T = T @ T.T
+    P = np.eye(n) - 1 / n
+    np.testing.assert_allclose(_bn_jacobian_terms(y(h)[None], np.array([s]), P @ T @ P), J @ T @ J.T, rtol=1e-12)
+
+
+def test_batchnorm_step_against_sampling():
+    """One BatchNorm over a batch of 200: the large-batch map against the exact finite-batch expectation.
+
+    Per unit h ~ N(0, K); y = P h / s, s^2 = h^T P h / n, sampled 4000 times;
+    E[y y^T] and E[J T J^T] (J by the finite-difference-checked formula)
+    against K' = n PKP / tr(PKP), T' = n PTP / tr(PKP), within 5 standard
+    errors plus 3 / n_eff (the large-batch limit's own error). T carries a
+    common part 0.7 and a part along K: dropping the centring of T, or
+    O(1) cross-sample terms in J T J^T, would fail by far.
+    """
+    from meanfield.calculus import BatchNorm
+
+    n, M = 200, 4000
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((n, 4 * n)) * rng.uniform(0.5, 2, (n, 1))
+    K = x @ x.T / (4 * n) + 0.3
+    z = rng.standard_normal((n, 4 * n)) * rng.uniform(0.5, 2, (n, 1))
+    T = z @ z.T / (4 * n) + 0.7 + 0.5 * K
+    Kp, Tp = BatchNorm.gram_batch(K, T)
+    P = np.eye(n) - 1 / n
+    C = P @ K @ P
+    n_eff = np.trace(C) ** 2 / np.trace(C @ C)
+    L = np.linalg.cholesky(K)
+    chunks_K, chunks_T = [], []
+    for _ in range(20):
+        h = rng.standard_normal((M // 20, n)) @ L.T
+        c = h - h.mean(1, keepdims=True)
+        s = np.sqrt((c**2).mean(1))
+        y = c / s[:, None]
+        chunks_K.append(y.T @ y / len(y))
+        chunks_T.append(_bn_jacobian_terms(y, s, P @ T @ P) / len(y))
+    scale_K, scale_T = np.sqrt(np.outer(np.diag(Kp), np.diag(Kp))), np.sqrt(np.outer(np.diag(Tp), np.diag(Tp)))
+    for chunks, ref, scale in ((chunks_K, Kp, scale_K), (chunks_T, Tp, scale_T)):
+        arr = np.array(chunks)
+        m, se = arr.mean(0), arr.std(0, ddof=1) / np.sqrt(len(arr))
+        assert np.all(np.abs(m - ref) <= 5 * se + 3 / n_eff * scale)
+    # the common part of T is annihilated exactly (J 1 = 0)
+    _, T0 = BatchNorm.gram_batch(K, np.ones((n, n)))
+    assert np.abs(T0).max() < 1e-13
+
+
+def test_batchnorm_symmetric_batch_is_the_pair_calculus():
+    """Equal norms and equal overlaps: BN maps the diagonal to 1, so K^l(x, x) is kernel_profile's (K, K12) -> (1, 0)."""
+    n = 6
+    x = np.eye(n) * np.sqrt(n)                              # |x|^2 / d = 1, orthogonal
+    for arch in (mf.Architecture("relu", norm="bn"), mf.Architecture("erf", norm="bn", mu=0.6),
+                 mf.Architecture("gelu", norm="bn", mu=0.8, stages=2)):
+        r = kernels(arch, x, depth=7, sigma_w=1.4, sigma_b=0.3, per_layer=True)
+        assert r.batch_n_eff.shape == (6,)
+        prof = mf.kernel_profile(arch, sigma_w=1.4, sigma_b=0.3, depth=7)
+        np.testing.assert_allclose(r.nngp_diag, np.tile(prof.K[:, None], (1, n)), rtol=1e-12)
+        for M in (r.nngp, r.ntk):
+            assert np.array_equal(M, M.T)
+            ev = np.linalg.eigvalsh(M)
+            assert ev.min() >= -1e-12 * ev.max()
+
+
+def test_batchnorm_relu_ntk_growth_is_pi_over_pi_minus_one():
+    # Yang et al. 2019 (a mean field theory of batch normalization): ReLU + BN explodes gradients at
+    # pi / (pi - 1) per layer at large batch; here from orthogonal inputs, where K^l is constant
+    n = 400
+    x = np.eye(n) * np.sqrt(n)
+    r = kernels(mf.Architecture("relu", norm="bn"), x[:, :], depth=40, sigma_w=1.0, sigma_b=0.0)
+    r2 = kernels(mf.Architecture("relu", norm="bn"), x, depth=41, sigma_w=1.0, sigma_b=0.0)
+    assert r2.ntk[0, 0] / r.ntk[0, 0] == pytest.approx(np.pi / (np.pi - 1), rel=3 / n)
+
+
+# ---------------------------------------------------------------------------
 # Refusals and results.
 # ---------------------------------------------------------------------------
 def test_bad_inputs():
     x = np.ones((2, 3))
-    with pytest.raises(ValueError, match="batch_norm"):
-        kernels(mf.Architecture("relu", norm="bn"), x, depth=3, sigma_w=1, sigma_b=0)
+    bn = mf.Architecture("relu", norm="bn")
+    with pytest.raises(ValueError, match="batch_norm.*x2 must be None"):
+        kernels(bn, x, x, depth=3, sigma_w=1, sigma_b=0)
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        kernels(bn, x[:1], depth=3, sigma_w=1, sigma_b=0)
+    with pytest.raises(ValueError, match="not finite"):          # identical rows: the batch variance is 0
+        kernels(bn, x, depth=3, sigma_w=1, sigma_b=0)
+    with pytest.raises(ValueError, match="pair map"):
+        mf.gram.gram_map(bn)
     with pytest.raises(ValueError, match="tokens"):
         kernels(mf.Architecture("gelu", block="mixer"), x, depth=3, sigma_w=1, sigma_b=0)
     with pytest.raises(ValueError, match="width"):
@@ -295,6 +403,58 @@ def test_monte_carlo_deep_wide(key, sw, sb):
     r = kernels(ARCHS[key], x, **kw)
     assert np.all(_agree(e.nngp, r.nngp, e.nngp_se, 0.0))
     assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * 20 / 512))
+
+
+def _bn_case(act, n, d, depth, width, n_init, n_outputs, equal_norms, seed, **arch_kw):
+    from meanfield.verification.gram import empirical_kernels
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    x *= np.sqrt(d) / np.linalg.norm(x, axis=1, keepdims=True) if equal_norms else rng.uniform(0.5, 2, (n, 1))
+    arch = mf.Architecture(act, norm="bn", **arch_kw)
+    kw = dict(depth=depth, sigma_w=1.2, sigma_b=0.3)
+    r = kernels(arch, x, **kw)
+    rows = [0, 1, 2]
+    e = empirical_kernels(arch, x, width=width, n_init=n_init, n_outputs=n_outputs, ntk_rows=rows, **kw)
+    # the large-batch limit's own error: O(1 / n_eff) per BatchNorm passed
+    batch_bias = np.sum(1 / r.batch_n_eff)
+    blk = np.ix_(rows, rows)
+    assert np.all(_agree(e.nngp[blk], r.nngp[blk], e.nngp_se[blk], batch_bias))
+    assert np.all(_agree(e.ntk, r.ntk[blk], e.ntk_se, batch_bias + 4 * depth / width))
+    return r, e
+
+
+def test_monte_carlo_batchnorm():
+    """BatchNorm over a batch of 64 inputs of different norms (the batch = all rows; NTK on 3 of them)."""
+    pytest.importorskip("torch")
+    r, _ = _bn_case("relu", 64, 256, 3, 256, 8, 1, False, 12)
+    assert r.batch_n_eff.min() > 30
+
+
+@pytest.mark.slow
+def test_monte_carlo_batchnorm_resnet():
+    """The pre-activation ResNet block (two BN -> relu -> dense stages inside a residual, mu = 0.7):
+    Residual.combine around a batch-level branch, 64 inputs of different norms, depth 3."""
+    pytest.importorskip("torch")
+    _bn_case("relu", 64, 256, 3, 256, 8, 1, False, 13, mu=0.7, stages=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("act, equal_norms, arch_kw", [("relu", True, {}), ("erf", False, {}),
+                                                       ("relu", True, {"mu": 0.7, "stages": 2})])
+def test_monte_carlo_batchnorm_deep_wide(act, equal_norms, arch_kw):
+    """depth 20, width 512, batch 128: BatchNorm's large-batch NNGP / NTK against Monte Carlo.
+
+    ReLU with equal-norm inputs, erf with norms 0.5-2 (erf's zero mean lets
+    BatchNorm even the norms out). Not ReLU with different norms: there the
+    per-input scales sqrt(K(x, x)) enter the next kernel through
+    E[relu] != 0 as a rank-one term that centring does not remove; it grows
+    with depth (n_eff 79 -> 14 at depth 20) and the large-batch limit is not
+    reached (docs/gram.md).
+    """
+    pytest.importorskip("torch")
+    r, _ = _bn_case(act, 128, 512, 20, 512, 12, 2, equal_norms, 6, **arch_kw)
+    assert r.batch_n_eff.min() > 60
 
 
 # ---------------------------------------------------------------------------

@@ -80,13 +80,17 @@ class EmpiricalKernels(Result):
 
 def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, width=256, n_init=8,
                       parameterization="ntk", get=("nngp", "ntk"), n_outputs=2, seed=0, device=None,
-                      dtype=torch.float64) -> EmpiricalKernels:
+                      dtype=torch.float64, ntk_rows=None) -> EmpiricalKernels:
     """Empirical NNGP and NTK of the realised network on the rows of x1 (and x2): see the module docs.
 
     Parameters mirror :func:`meanfield.kernels`; ``width`` is the hidden and
     output width, ``n_init`` the number of initialisations, ``n_outputs``
     the output units per initialisation whose NTK is computed (each costs
-    one vmapped reverse pass).
+    one vmapped reverse pass). ``ntk_rows`` (indices into the rows of x1, x2
+    None): compute the NTK on those rows only (``ntk`` is then
+    (len(ntk_rows),) * 2), one reverse pass per row and unit, while the
+    forward pass runs the whole batch; what a large BatchNorm batch needs.
+    With BatchNorm the batch is the rows of x1 (x2 must be None).
     """
     spec = as_architecture(arch)
     if spec.has_tokens:
@@ -115,6 +119,14 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"x1, x2 must be 2-d arrays (n, d) with the same d, got {tuple(a.shape)}, {tuple(b.shape)}")
     n1 = a.shape[0]
+    if spec.couples_batch and x2 is not None:
+        raise ValueError("arch has a batch_norm(): the batch is the rows of x1; x2 must be None")
+    if ntk_rows is not None:
+        if x2 is not None:
+            raise ValueError("ntk_rows selects rows of x1; x2 must be None")
+        rows = np.asarray(ntk_rows, dtype=np.int64).ravel()
+        if rows.size < 1 or rows.min() < 0 or rows.max() >= n1:
+            raise ValueError(f"ntk_rows must be indices in [0, {n1}), got {ntk_rows!r}")
     x = torch.cat([a, b]) if x2 is not None else a
     B, d = x.shape
     x = x.to(device=device, dtype=dtype).view(1, 1, 1, B, 1, d)
@@ -144,14 +156,15 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
             return net(_ReplayContext([gen], params, device, dtype, replay=ws))[:, :n_outputs]
 
         _, vjp = torch.func.vjp(F, *draws)
-        eye = torch.eye(B, device=device, dtype=dtype)
-        theta = torch.zeros(B, B, device=device, dtype=torch.float64)
+        sel = torch.arange(B) if ntk_rows is None else torch.as_tensor(rows)
+        R = len(sel)
+        theta = torch.zeros(R, R, device=device, dtype=torch.float64)
         for k in range(n_outputs):
-            cot = torch.zeros(B, B, n_outputs, device=device, dtype=dtype)
-            cot[:, :, k] = eye
-            grads = torch.func.vmap(vjp)(cot)       # tuple over draws of (B, 1, *shape)
+            cot = torch.zeros(R, B, n_outputs, device=device, dtype=dtype)
+            cot[torch.arange(R), sel, k] = 1.0
+            grads = torch.func.vmap(vjp)(cot)       # tuple over draws of (R, 1, *shape)
             for g in grads:
-                gf = g.reshape(B, -1)
+                gf = g.reshape(R, -1)
                 if parameterization == "standard":
                     # a weight draw (1, out, fan_in): dW = dw sqrt(n)/sigma_w; a bias draw (1, out): db = dbeta/sigma_b
                     gf = gf * (np.sqrt(g.shape[-1]) / sw if g.dim() == 4 else 1.0 / sb)
@@ -165,5 +178,10 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
         m, se = arr.mean(0), arr.std(0, ddof=1) / np.sqrt(len(arr))
         return (m[:n1, :n1], se[:n1, :n1]) if x2 is None else (m[:n1, n1:], se[:n1, n1:])
 
-    (K, Kse), (T, Tse) = stats(K_i), stats(T_i)
+    (K, Kse) = stats(K_i)
+    if ntk_rows is None:
+        (T, Tse) = stats(T_i)
+    else:
+        arr = np.array(T_i) if T_i else None
+        T, Tse = (None, None) if arr is None else (arr.mean(0), arr.std(0, ddof=1) / np.sqrt(len(arr)))
     return EmpiricalKernels(spec, sw, sb, depth, width, n_init, parameterization, K, Kse, T, Tse)

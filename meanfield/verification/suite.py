@@ -535,6 +535,61 @@ def _kind_torch_module(case, device, dtype):
     return ok_all, lines, out
 
 
+def _kind_gram(case, device, dtype):
+    """NNGP / NTK Gram matrices (meanfield.kernels) against the empirical ones on the same inputs.
+
+    Inputs: ``n_inputs`` rows of N(0, 1) in ``input_dim`` features, each row
+    scaled by U(0.5, 2) (seeded), so the norms differ (or to |x|^2 = d with
+    ``"equal_norms": true``). Compared: every entry
+    of the first ``rows`` rows' block (default all), NNGP over initialisations
+    and NTK by torch.func (:func:`~meanfield.verification.gram.empirical_kernels`),
+    each with the suite's rule at l = depth (and the 1/batch term with
+    BatchNorm, whose batch is all ``n_inputs`` rows).
+    """
+    from ..gram import kernels
+    from .gram import empirical_kernels
+
+    arch = _arch(case["arch"])
+    sw, sb = float(case["sigma_w"]), float(case["sigma_b"])
+    depth, width, n = int(case["depth"]), int(case["width"]), int(case["n_inputs"])
+    param = case.get("parameterization", "ntk")
+    get = tuple(case.get("get", ("nngp", "ntk")))
+    rng = np.random.default_rng(int(case.get("seed", 0)))
+    d = int(case["input_dim"])
+    x = rng.standard_normal((n, d))
+    # equal_norms: |x|^2 = d (BatchNorm with ReLU needs it for the large-batch limit at depth, docs/gram.md)
+    x *= np.sqrt(d) / np.linalg.norm(x, axis=1, keepdims=True) if case.get("equal_norms") else \
+        rng.uniform(0.5, 2.0, size=(n, 1))
+    rows = np.arange(int(case.get("rows", n)))
+    th = kernels(arch, x, depth=depth, sigma_w=sw, sigma_b=sb, parameterization=param, get=get, width=width)
+    t0 = time.time()
+    e = empirical_kernels(arch, x, depth=depth, sigma_w=sw, sigma_b=sb, width=width, n_init=int(case["n_init"]),
+                          parameterization=param, get=get, n_outputs=int(case.get("n_outputs", 2)),
+                          seed=int(case.get("seed", 0)), device=device, dtype=dtype,
+                          ntk_rows=rows if len(rows) < n else None)
+    z, c = _tol(case)
+    bn = arch.couples_batch
+    iu = np.triu_indices(len(rows))
+    out = {"sigma_w": sw, "sigma_b": sb, "seconds_mc": time.time() - t0, "rows": len(rows), "quantities": {}}
+    lines, ok_all = [], True
+    for q in get:
+        mc, se = getattr(e, q), getattr(e, q + "_se")
+        if q == "nngp":
+            mc, se = mc[np.ix_(rows, rows)], se[np.ix_(rows, rows)]
+        t = getattr(th, q)[np.ix_(rows, rows)]
+        mc, se, t = mc[iu], se[iu], t[iu]
+        cmp_ = _compare(mc, se, t, np.full(t.shape, depth), width, z, c, n, bn)
+        ok_all &= cmp_["n_bad"] == 0
+        w = cmp_["worst"]
+        lines.append(f"{q}: {cmp_['n_bad']}/{t.size} entries outside the band; largest deviation at "
+                     f"({iu[0][w]}, {iu[1][w]}): MC {_fmt(mc[w])} +- {_fmt(se[w], 2)} vs theory {_fmt(t[w])} "
+                     f"({_fmt(100 * cmp_['rel'][w], 3)}%, allowance {_fmt(cmp_['tol'][w], 2)}); "
+                     f"max |z| {_fmt(float(np.max(np.abs(cmp_['zscore']))), 3)}")
+        out["quantities"][q] = {"i": _jl(iu[0]), "j": _jl(iu[1]), "mc": _jl(mc), "se": _jl(se), "theory": _jl(t),
+                                "ok": [bool(v) for v in cmp_["ok"]], "n_bad": cmp_["n_bad"]}
+    return ok_all, lines, out
+
+
 KINDS = {
     "torch_module": _kind_torch_module,
     "width_scan": _kind_width_scan,
@@ -544,6 +599,7 @@ KINDS = {
     "bn_batch": _kind_bn_batch,
     "hutchinson_vs_exact": _kind_hutchinson_vs_exact,
     "factorisation": _kind_factorisation,
+    "gram": _kind_gram,
 }
 
 
@@ -602,6 +658,17 @@ def _plot_case(res: dict, path: Path, dpi: int = 80):
         ax.set_xlabel("1 / |B|")
         ax.set_ylabel("J^{l,l+1}")
         ax.legend(fontsize=8)
+    elif kind == "gram":
+        qs = data.get("quantities", {})
+        fig, axes = plt.subplots(1, max(len(qs), 1), figsize=(3.8 * max(len(qs), 1), 3.5), squeeze=False)
+        for ax, (k, q) in zip(axes[0], qs.items()):
+            th = np.array(q["theory"], float)
+            ax.errorbar(th, np.array(q["mc"], float), yerr=np.array(q["se"], float), fmt="o", ms=3, capsize=2,
+                        label="Monte Carlo")
+            ax.plot([th.min(), th.max()], [th.min(), th.max()], "k-", lw=1, label="MC = theory")
+            ax.set_xlabel("theory (infinite width)")
+            ax.set_title({"nngp": "NNGP K(x_a, x_b)", "ntk": "NTK Theta(x_a, x_b)"}[k], fontsize=9)
+            ax.legend(fontsize=7)
     else:
         qs = data.get("quantities", {})
         keys = [k for k in ("K", "chi_J", "J", "K12") if k in qs]
