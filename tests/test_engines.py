@@ -65,7 +65,18 @@ def test_critical_point_and_line_agree(monkeypatch, kw):
     _close(p.K_star, n.K_star)
 
 
-@pytest.mark.parametrize("act, tol", [("tanh", 1e-13), ("softplus", 1e-13), ("silu", 1e-13), ("gelu_tanh", 1e-11)])
+def _kinked():
+    # a user activation with a jump and a kink (Piecewise: numpy.select in the numpy twin)
+    import sympy as sp
+    from meanfield.activations import activation
+    from meanfield.symbols import x
+
+    return activation(sp.Piecewise((sp.tanh(x), x < sp.Rational(1, 2)),
+                                   (sp.tanh(sp.Rational(1, 2)) + 3 * (x - sp.Rational(1, 2)), True)))
+
+
+@pytest.mark.parametrize("act, tol", [("tanh", 1e-13), ("softplus", 1e-13), ("silu", 1e-13), ("gelu_tanh", 1e-11),
+                                      ("kinked", 1e-13)])
 def test_quadrature_expectations_agree(act, tol):
     """The interpreted engine's one-point expectations (numpy twins of the integrands, all nodes
     at once) against numba's scalar engine, for every expectation the compiled module has, K
@@ -77,7 +88,7 @@ def test_quadrature_expectations_agree(act, tol):
     among them: each engine evaluates them to ~1e-12 of E|f| only at K ~ 1e4, whatever the summation.)"""
     from meanfield import gaussian
 
-    comp = numeric.compiled(activation=act)
+    comp = numeric.compiled(activation=_kinked() if act == "kinked" else act)
     interp, mod = comp.interpreted, comp.module
     names = sorted(n for n in vars(interp) if n.startswith("_E1_") and n[4:].isdigit())
     assert len(names) >= 4
@@ -99,6 +110,24 @@ def test_quadrature_expectations_agree(act, tol):
             args = tuple(np.float64(v) for v in (K, 0.5 * K, 1.7, 0.1, 0.0, 0.0))
             _close(getattr(interp, n)(*args), getattr(mod, n)(*args))
     assert finite >= 0.75 * len(names) * 13
+
+
+def test_interpreting_budget_follows_numbas_cache(tmp_path, monkeypatch):
+    """0.5 s of interpreting where numba would load its cache; 8 s where switching would compile."""
+    monkeypatch.setenv("MEANFIELD_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    numeric._kernels_cache_warm.cache_clear()
+    path = numeric._source_path(numeric._canonical(mf.Architecture(activation="erf")))
+    comp = numeric.CompiledRecursion(mf.Architecture(activation="erf"), path, 0.0, 0.0, False, False, False)
+    assert comp._budget() == numeric.INTERPRETED_BUDGET_COLD_S > numeric.INTERPRETED_BUDGET_S
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / f"{path.stem}.FNS-1.py311.nbi").write_text("")
+    (tmp_path / "numba" / "x").mkdir(parents=True)
+    (tmp_path / "numba" / "x" / "_kernels.profile-1.py311.nbi").write_text("")
+    numeric._kernels_cache_warm.cache_clear()
+    comp = numeric.CompiledRecursion(mf.Architecture(activation="erf"), path, 0.0, 0.0, False, False, False)
+    assert comp._budget() == numeric.INTERPRETED_BUDGET_S
+    numeric._kernels_cache_warm.cache_clear()
 
 
 def test_ieee_math_matches_numbas_error_model():
