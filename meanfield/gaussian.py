@@ -441,6 +441,72 @@ def quad1(f, s, cuts=(), max_level=None):
                                    QUAD_ZMAX, level, _TOL_BASE, _TOL_REFINED)
 
 
+def _inner_batch(f, u, m, sd, cv):
+    """The inner level of :func:`expect2` for many outer nodes at once.
+
+    For each u[i]: E[f(u, v) | u] with v = m[i] + sd z, split at v in ``cv``, by the engine of
+    :func:`quad1` at most QUAD_MAX_LEVEL_2D halvings. Rows whose breakpoint sets have the same
+    size share one evaluation of ``f`` on a (rows x nodes) array for the base rule; a row the
+    base rule does not settle (refinement, non-finite values) is computed by :func:`quad1` itself.
+    Returns (value, scale, error) arrays: the outer level's integrand (error = the inner
+    estimate times the scale where the inner level did not converge, else 0).
+    """
+    eng = _engine()
+    n = u.size
+    val, scale, err = np.empty(n), np.empty(n), np.zeros(n)
+    redo = []
+
+    def one(i):
+        r = quad1(lambda h: f(np.full(h.shape, u[i]), m[i] + h), sd, cv - m[i], QUAD_MAX_LEVEL_2D)
+        val[i], scale[i] = r[0], r[1]
+        err[i] = 0.0 if r[3] else r[2] * r[1]
+
+    if not sd > 0.0 or n == 0:
+        for i in range(n):
+            one(i)
+        return val, scale, err
+    zcs = [eng["_breaks"](sd, cv - m[i], QUAD_ZMAX) for i in range(n)]
+    groups = {}
+    for i, zc in enumerate(zcs):
+        groups.setdefault(zc.size, []).append(i)
+    es_tab, ts_tab = quad_tables()
+    eu, ew = es_tab[:, 0], es_tab[:, 1]
+    sk, ck, wk = ts_tab[:, 0], ts_tab[:, 1], ts_tab[:, 2]
+    for size, rows in groups.items():
+        rows = np.array(rows)
+        Z = np.array([zcs[i] for i in rows])          # (g, size) sorted breakpoints in z
+        lo, hi = Z[:, :1], Z[:, -1:]
+        zs = [lo - eu, hi + eu]
+        ws = [ew * np.exp(lo * eu - 0.5 * lo * lo), ew * np.exp(-hi * eu - 0.5 * hi * hi)]
+        seg = [np.arange(eu.size) % 2, np.arange(eu.size) % 2]  # table row k: segment k % 2
+        for j in range(size - 1):
+            a, b = Z[:, j:j + 1], Z[:, j + 1:j + 2]
+            L = b - a
+            zz = np.where(sk <= 0.5, a + L * sk, b - L * ck)
+            zs.append(zz)
+            ws.append(L * wk * np.exp(-0.5 * zz * zz) * 0.3989422804014327)
+            seg.append(np.arange(sk.size) % 2)
+        z, w = np.concatenate(zs, axis=1), np.concatenate(ws, axis=1)
+        odd = np.concatenate(seg).astype(np.float64)
+        even = 1.0 - odd
+        v = f(np.broadcast_to(u[rows, None], z.shape), m[rows, None] + sd * z)
+        keep = w > 0.0  # as the engine: nodes of zero weight are not evaluated (inf * 0)
+        vw = np.where(keep, v * w, 0.0)
+        aw = np.abs(vw)  # w >= 0: |v w| = |v| w exactly
+        # I_(-1) from the even nodes (twice the step), I_0 = I_(-1) / 2 + the odd nodes' sum
+        t0, a0 = 2.0 * (vw @ even), 2.0 * (aw @ even)
+        t1, a1 = 0.5 * t0 + vw @ odd, 0.5 * a0 + aw @ odd
+        diff = np.abs(t1 - t0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            delta = np.where(a1 > 0.0, diff / np.where(a1 > 0.0, a1, 1.0), diff)
+        done = np.isfinite(t1) & (delta <= _TOL_BASE)
+        val[rows[done]], scale[rows[done]] = t1[done], a1[done]
+        redo += list(rows[~done])
+    for i in redo:
+        one(i)
+    return val, scale, err
+
+
 def interpreted_expect(f, cuts):
     """K -> E[f(h)], h ~ N(0, K), for the interpreted twin of a compiled module.
 
@@ -467,6 +533,38 @@ def interpreted_expect(f, cuts):
         if not K >= 0.0:
             return nan
         val, _, _, ok = q(sqrt(K), cuts, F_, *rule)
+        return val if ok else nan
+
+    return E
+
+
+def interpreted_expect2(f, cu, cv):
+    """(K1, K2, K12) -> E[f(u, v)] for the interpreted twin of a compiled module: the compiled
+    ``_expect2`` (:func:`meanfield.numeric._nested_source`) with the numpy engine of
+    :func:`expect2` (all inner integrals of an outer level at once, :func:`_inner_batch`).
+    ``f``: the numpy twin of the integrand; ``cu``, ``cv``: its breakpoints in u and in v
+    (``cv`` with 0, as the compiled module's). NaN where the compiled function gives NaN."""
+    q = _engine()["_quad1"]
+    rule = (QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX, QUAD_MAX_LEVEL_2D, _TOL_BASE, _TOL_REFINED)
+    sqrt, nan = np.sqrt, np.nan
+
+    @functools.lru_cache(maxsize=1024)
+    def E(K1, K2, K12):
+        if not (K1 >= 0.0 and K2 >= 0.0 and K12 == K12):
+            return nan
+        d = sqrt(K1 * K2)
+        rho = 0.0
+        if d > 0.0:
+            rho = min(1.0, max(-1.0, K12 / d))
+        s1 = sqrt(K1)
+        a = rho * sqrt(K2) / s1 if s1 > 0.0 else 0.0
+        sd = sqrt(max(K2 * (1.0 - rho * rho), 0.0))
+
+        def outer(h1):
+            uu = np.ravel(h1)
+            return _inner_batch(f, uu, a * uu, sd, cv)
+
+        val, _, _, ok = q(s1, cu, outer, *rule)
         return val if ok else nan
 
     return E
@@ -619,11 +717,11 @@ def expect2(f, K1, K2, K12, cuts=((), ())):
             return quad1(lambda h: f(np.full(h.shape, u), m + h), sd_v, cv - m, QUAD_MAX_LEVEL_2D)
 
         def outer(h1):
-            res = [inner(u, a * u) for u in h1.ravel()]
-            # an inner level that did not converge passes on its error estimate
-            return (np.array([r[0] for r in res]).reshape(h1.shape),
-                    np.array([r[1] for r in res]).reshape(h1.shape),
-                    np.array([0.0 if r[3] else r[2] * r[1] for r in res]).reshape(h1.shape))
+            # all inner integrals of this outer level at once (an inner level that did not
+            # converge passes on its error estimate)
+            uu = np.ravel(h1)
+            v_, s_, e_ = _inner_batch(f, uu, a * uu, sd_v, cv)
+            return v_.reshape(h1.shape), s_.reshape(h1.shape), e_.reshape(h1.shape)
 
         # the outer level's error is measured against E|f| (the inner scales), not
         # against E|E[f | u]|, which vanishes where f cancels given u (E[phi(u) phi(v)]

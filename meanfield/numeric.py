@@ -311,6 +311,11 @@ class _Gen:
                 f"_CUTS2U_{i} = np.array([{', '.join(repr(c) for c in cuts_u)}], dtype=np.float64)",
                 f"_CUTS2V_{i} = np.array([{', '.join(repr(c) for c in (0.0, *cuts_v))}], dtype=np.float64)",
                 "",
+            ]
+            if self._numpy_body(f"_f2v_{i}", f.variables, f.expr):
+                # the interpreted engine rebinds _E2_{i} to this (see _expressions_interpreted)
+                self.lines += [f"_E2_{i}_NUMPY = (_f2v_{i}, _CUTS2U_{i}, _CUTS2V_{i})", ""]
+            self.lines += [
                 _nested_source(f"_{i}", fname, _JIT),
                 "",
                 f"@{_JIT}",
@@ -467,6 +472,7 @@ def generate_source(arch) -> str:
         f"# numba {_numba_version()}; python {sys.version.split()[0]}; rule {_rule_digest()}",
         "# whether K12 feeds back (the pair state), read by meanfield.numeric without re-deriving",
         f"PAIR = {S.K12 in rec.state}",
+        "import functools  # the numpy twins print Max/Min as functools.reduce(numpy.maximum, ...)",
         "import math",
         "from numba import cfunc, njit, types",
         "import numpy",
@@ -710,13 +716,15 @@ def _expressions_interpreted(path: Path):
                       "from meanfield.numeric import _NUMBA_SHIM\n"
                       "cfunc, njit, types = _NUMBA_SHIM['cfunc'], _NUMBA_SHIM['njit'], _NUMBA_SHIM['types']\n")
     module = _exec_interpreted(path.stem + "_interpreted", path, src)
-    # one-point expectations: the numpy engine on all nodes at once (the scalar engine in
-    # CPython costs ~1 ms per expectation; the solvers need 10^3 - 10^4 of them)
-    from .gaussian import interpreted_expect
+    # Gaussian expectations: the numpy engine on all nodes at once (the scalar engine in
+    # CPython costs ~1 ms per one-point expectation, the solvers need 10^3 - 10^4 of them;
+    # ~0.5 s per two-point one)
+    from .gaussian import interpreted_expect, interpreted_expect2
 
-    for name in [n for n in vars(module) if n.startswith("_E1_") and n.endswith("_NUMPY")]:
-        f, cuts = getattr(module, name)
-        setattr(module, name[:-len("_NUMPY")], interpreted_expect(f, cuts))
+    for name in [n for n in vars(module) if n.startswith(("_E1_", "_E2_")) and n.endswith("_NUMPY")]:
+        twin = getattr(module, name)
+        make = interpreted_expect if name.startswith("_E1_") else interpreted_expect2
+        setattr(module, name[:-len("_NUMPY")], make(*twin))
     return module
 
 
