@@ -58,7 +58,7 @@ def test_second_process_reads_the_cache(tmp_path, monkeypatch):
     arch = mf.Architecture(activation="gelu")
     lines._derivatives.cache_clear()
     first = mf.critical_point(arch)
-    files = list(tmp_path.glob("meanfield_expr_*.series3.json"))
+    files = list(tmp_path.glob("meanfield_expr_*.series3-v*.json"))
     assert len(files) == 1
     lines._derivatives.cache_clear()
 

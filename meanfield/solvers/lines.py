@@ -533,12 +533,17 @@ def _derivatives(arch: Architecture, order: int):
     return _derivatives_load(spec)
 
 
+#: the layout of _derivatives_source's output: bump it when that function changes (the key covers
+#: the recursion's sources, not this module)
+_SERIES_FORMAT = 1
+
+
 def _derivatives_path(arch, order):
     """The on-disk cache of :func:`_derivatives` (None where the architecture has no module key)."""
     from ..numeric import _key, cache_dir
 
     try:
-        return cache_dir() / f"meanfield_expr_{_key(arch)}.series{int(order)}.json"
+        return cache_dir() / f"meanfield_expr_{_key(arch)}.series{int(order)}-v{_SERIES_FORMAT}.json"
     except Exception:  # a cache is an optimisation: derive without it
         return None
 
