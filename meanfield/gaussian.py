@@ -315,7 +315,15 @@ def _base_tables(h0, es_lo, es_hi, ts_t):
 def _segment(zc, seg, h0, es_lo, es_hi, ts_t):
     """Nodes z and weights of segment ``seg`` over all pieces (vectorised form of
     the loops of _quad1_scalar): exp-sinh on the two tails from the outer
-    breakpoints, tanh-sinh on the finite pieces. Only nodes of positive weight."""
+    breakpoints, tanh-sinh on the finite pieces. Only nodes of positive weight.
+    The base rule's segments (0 and 1) are remembered per breakpoint set (a
+    small table: most integrands have none but 0, and every call uses them)."""
+    key = None
+    if seg <= 1:
+        key = (zc.tobytes(), seg, h0, es_lo, es_hi, ts_t)
+        hit = _SEGMENTS.get(key)
+        if hit is not None:
+            return hit
     m = zc.size
     k0, k1, dk, step = _seg_range(seg, h0, es_lo, es_hi)
     u, wu = _es_node(es_lo + step * np.arange(k0, k1, dk), step)
@@ -333,14 +341,29 @@ def _segment(zc, seg, h0, es_lo, es_hi, ts_t):
             ws.append(L * wk * np.exp(-0.5 * zz * zz) * 0.3989422804014327)
     z, w = np.concatenate(zs), np.concatenate(ws)
     keep = w > 0.0
-    return z[keep], w[keep]
+    out = z[keep], w[keep]
+    if key is not None:
+        if len(_SEGMENTS) >= 512:
+            _SEGMENTS.clear()
+        out[0].setflags(write=False)
+        out[1].setflags(write=False)
+        _SEGMENTS[key] = out
+    return out
+
+
+_SEGMENTS = {}
+
+
+def _sums(v, a, e, w):
+    """The weighted sums of F_'s value, scale and error (e None: a plain integrand, no error)."""
+    return np.sum(v * w), np.sum(a * w), (0.0 if e is None else np.sum(e * w))
 
 
 def _quad1(s, cuts, F_, h0, es_lo, es_hi, ts_t, zmax, max_level, tol0, tol):
     """E[F_(s z)], z ~ N(0, 1), split at z = 0 and at z = cuts / s.
 
     F_ maps an array of h to (f(h), scale(h), error(h)): the scale is |f(h)|
-    and the error 0 for a plain integrand; for the outer level of a nested
+    and the error 0 (or None) for a plain integrand; for the outer level of a nested
     one they are E[|f| | h] and the inner level's error estimate where it
     did not converge, so that the error is always measured against E|f| (a
     conditional mean that cancels, as E[f(u) f(v) | u] at zero correlation,
@@ -349,22 +372,33 @@ def _quad1(s, cuts, F_, h0, es_lo, es_hi, ts_t, zmax, max_level, tol0, tol):
     Returns (value, E[scale], relative error estimate, converged). Every
     level halves the step of all pieces; the estimate is
     |I_L - I_(L-1)| / E[scale] (I_(-1): the even nodes of level 0, i.e. twice
-    the step); at most max_level halvings.
+    the step); at most max_level halvings. The base rule (segments 0 and 1)
+    is evaluated in one call of F_, so that the common case, accepted there,
+    costs one vectorised evaluation.
     """
     if not s > 0.0:
         # the limit K -> 0+: the mean of f(0+) and f(0-) where f jumps at 0
         v, a, e = F_(np.array([1e-300, -1e-300]))
-        return 0.5 * np.sum(v), 0.5 * np.sum(a), 0.0, np.sum(e) <= tol * np.sum(a)
+        e = 0.0 if e is None else np.sum(e)
+        return 0.5 * np.sum(v), 0.5 * np.sum(a), 0.0, e <= tol * np.sum(a)
     zc = _breaks(s, cuts, zmax)
-    total = 0.0
-    total_abs = 0.0
-    total_err = 0.0
-    delta = np.inf
-    for seg in range(max_level + 2):
+    z0, w0 = _segment(zc, 0, h0, es_lo, es_hi, ts_t)
+    z1, w1 = _segment(zc, 1, h0, es_lo, es_hi, ts_t)
+    n0 = z0.size
+    v, a, e = F_(s * np.concatenate((z0, z1)))
+    p0 = _sums(v[:n0], a[:n0], None if e is None else e[:n0], w0)
+    total, total_abs, total_err, delta, state = _update(0, p0[0], p0[1], p0[2], 0.0, 0.0, 0.0, tol0, tol)
+    p1 = _sums(v[n0:], a[n0:], None if e is None else e[n0:], w1)
+    total, total_abs, total_err, delta, state = _update(1, p1[0], p1[1], p1[2], total, total_abs, total_err,
+                                                        tol0, tol)
+    if state != 0:
+        return total, total_abs, delta, state == 1
+    for seg in range(2, max_level + 2):
         z, w = _segment(zc, seg, h0, es_lo, es_hi, ts_t)
         v, a, e = F_(s * z)
-        total, total_abs, total_err, delta, state = _update(seg, np.sum(v * w), np.sum(a * w), np.sum(e * w),
-                                                            total, total_abs, total_err, tol0, tol)
+        p = _sums(v, a, e, w)
+        total, total_abs, total_err, delta, state = _update(seg, p[0], p[1], p[2], total, total_abs, total_err,
+                                                            tol0, tol)
         if state != 0:
             return total, total_abs, delta, state == 1
     return total, total_abs, delta, False
@@ -400,11 +434,140 @@ def quad1(f, s, cuts=(), max_level=None):
 
     def F_(h):
         v = f(h)
-        return v, np.abs(v), np.zeros(np.shape(v))
+        return v, np.abs(v), None
     level = QUAD_MAX_LEVEL if max_level is None else max_level
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         return _engine()["_quad1"](float(s), cuts, F_, QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T,
                                    QUAD_ZMAX, level, _TOL_BASE, _TOL_REFINED)
+
+
+def _inner_batch(f, u, m, sd, cv):
+    """The inner level of :func:`expect2` for many outer nodes at once.
+
+    For each u[i]: E[f(u, v) | u] with v = m[i] + sd z, split at v in ``cv``, by the engine of
+    :func:`quad1` at most QUAD_MAX_LEVEL_2D halvings. Rows whose breakpoint sets have the same
+    size share one evaluation of ``f`` on a (rows x nodes) array for the base rule; a row the
+    base rule does not settle (refinement, non-finite values) is computed by :func:`quad1` itself.
+    Returns (value, scale, error) arrays: the outer level's integrand (error = the inner
+    estimate times the scale where the inner level did not converge, else 0).
+    """
+    eng = _engine()
+    n = u.size
+    val, scale, err = np.empty(n), np.empty(n), np.zeros(n)
+    redo = []
+
+    def one(i):
+        r = quad1(lambda h: f(np.full(h.shape, u[i]), m[i] + h), sd, cv - m[i], QUAD_MAX_LEVEL_2D)
+        val[i], scale[i] = r[0], r[1]
+        err[i] = 0.0 if r[3] else r[2] * r[1]
+
+    if not sd > 0.0 or n == 0:
+        for i in range(n):
+            one(i)
+        return val, scale, err
+    zcs = [eng["_breaks"](sd, cv - m[i], QUAD_ZMAX) for i in range(n)]
+    groups = {}
+    for i, zc in enumerate(zcs):
+        groups.setdefault(zc.size, []).append(i)
+    es_tab, ts_tab = quad_tables()
+    eu, ew = es_tab[:, 0], es_tab[:, 1]
+    sk, ck, wk = ts_tab[:, 0], ts_tab[:, 1], ts_tab[:, 2]
+    for size, rows in groups.items():
+        rows = np.array(rows)
+        Z = np.array([zcs[i] for i in rows])          # (g, size) sorted breakpoints in z
+        lo, hi = Z[:, :1], Z[:, -1:]
+        zs = [lo - eu, hi + eu]
+        ws = [ew * np.exp(lo * eu - 0.5 * lo * lo), ew * np.exp(-hi * eu - 0.5 * hi * hi)]
+        seg = [np.arange(eu.size) % 2, np.arange(eu.size) % 2]  # table row k: segment k % 2
+        for j in range(size - 1):
+            a, b = Z[:, j:j + 1], Z[:, j + 1:j + 2]
+            L = b - a
+            zz = np.where(sk <= 0.5, a + L * sk, b - L * ck)
+            zs.append(zz)
+            ws.append(L * wk * np.exp(-0.5 * zz * zz) * 0.3989422804014327)
+            seg.append(np.arange(sk.size) % 2)
+        z, w = np.concatenate(zs, axis=1), np.concatenate(ws, axis=1)
+        odd = np.concatenate(seg).astype(np.float64)
+        even = 1.0 - odd
+        v = f(np.broadcast_to(u[rows, None], z.shape), m[rows, None] + sd * z)
+        keep = w > 0.0  # as the engine: nodes of zero weight are not evaluated (inf * 0)
+        vw = np.where(keep, v * w, 0.0)
+        aw = np.abs(vw)  # w >= 0: |v w| = |v| w exactly
+        # I_(-1) from the even nodes (twice the step), I_0 = I_(-1) / 2 + the odd nodes' sum
+        t0, a0 = 2.0 * (vw @ even), 2.0 * (aw @ even)
+        t1, a1 = 0.5 * t0 + vw @ odd, 0.5 * a0 + aw @ odd
+        diff = np.abs(t1 - t0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            delta = np.where(a1 > 0.0, diff / np.where(a1 > 0.0, a1, 1.0), diff)
+        done = np.isfinite(t1) & (delta <= _TOL_BASE)
+        val[rows[done]], scale[rows[done]] = t1[done], a1[done]
+        redo += list(rows[~done])
+    for i in redo:
+        one(i)
+    return val, scale, err
+
+
+def interpreted_expect(f, cuts):
+    """K -> E[f(h)], h ~ N(0, K), for the interpreted twin of a compiled module.
+
+    ``f`` is the numpy twin of a compiled integrand (the same sympy expression,
+    printed for numpy arrays), ``cuts`` its breakpoints (float64 array). The
+    engine is :data:`QUAD1_SOURCE`'s ``_quad1``, the numpy form of the
+    compiled ``_quad1_scalar`` (same nodes, weights and convergence test; the
+    sums in another order, so the two agree to rounding): one vectorised
+    evaluation of f for the base rule instead of ~500 scalar calls. NaN where
+    K is not >= 0 or the rule did not converge, as the compiled function.
+    """
+    q = _engine()["_quad1"]
+    rule = (QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX, QUAD_MAX_LEVEL, _TOL_BASE, _TOL_REFINED)
+    sqrt, nan = np.sqrt, np.nan
+
+    def F_(h):
+        v = f(h)
+        if np.shape(v) != h.shape:  # a constant integrand
+            v = np.broadcast_to(np.asarray(v, dtype=np.float64), h.shape)
+        return v, np.abs(v), None
+
+    @functools.lru_cache(maxsize=4096)  # the solvers ask for one K several times (F, chi_J, derivatives)
+    def E(K):
+        if not K >= 0.0:
+            return nan
+        val, _, _, ok = q(sqrt(K), cuts, F_, *rule)
+        return val if ok else nan
+
+    return E
+
+
+def interpreted_expect2(f, cu, cv):
+    """(K1, K2, K12) -> E[f(u, v)] for the interpreted twin of a compiled module: the compiled
+    ``_expect2`` (:func:`meanfield.numeric._nested_source`) with the numpy engine of
+    :func:`expect2` (all inner integrals of an outer level at once, :func:`_inner_batch`).
+    ``f``: the numpy twin of the integrand; ``cu``, ``cv``: its breakpoints in u and in v
+    (``cv`` with 0, as the compiled module's). NaN where the compiled function gives NaN."""
+    q = _engine()["_quad1"]
+    rule = (QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX, QUAD_MAX_LEVEL_2D, _TOL_BASE, _TOL_REFINED)
+    sqrt, nan = np.sqrt, np.nan
+
+    @functools.lru_cache(maxsize=1024)
+    def E(K1, K2, K12):
+        if not (K1 >= 0.0 and K2 >= 0.0 and K12 == K12):
+            return nan
+        d = sqrt(K1 * K2)
+        rho = 0.0
+        if d > 0.0:
+            rho = min(1.0, max(-1.0, K12 / d))
+        s1 = sqrt(K1)
+        a = rho * sqrt(K2) / s1 if s1 > 0.0 else 0.0
+        sd = sqrt(max(K2 * (1.0 - rho * rho), 0.0))
+
+        def outer(h1):
+            uu = np.ravel(h1)
+            return _inner_batch(f, uu, a * uu, sd, cv)
+
+        val, _, _, ok = q(s1, cu, outer, *rule)
+        return val if ok else nan
+
+    return E
 
 
 def _not_converged(what, n):
@@ -554,11 +717,11 @@ def expect2(f, K1, K2, K12, cuts=((), ())):
             return quad1(lambda h: f(np.full(h.shape, u), m + h), sd_v, cv - m, QUAD_MAX_LEVEL_2D)
 
         def outer(h1):
-            res = [inner(u, a * u) for u in h1.ravel()]
-            # an inner level that did not converge passes on its error estimate
-            return (np.array([r[0] for r in res]).reshape(h1.shape),
-                    np.array([r[1] for r in res]).reshape(h1.shape),
-                    np.array([0.0 if r[3] else r[2] * r[1] for r in res]).reshape(h1.shape))
+            # all inner integrals of this outer level at once (an inner level that did not
+            # converge passes on its error estimate)
+            uu = np.ravel(h1)
+            v_, s_, e_ = _inner_batch(f, uu, a * uu, sd_v, cv)
+            return v_.reshape(h1.shape), s_.reshape(h1.shape), e_.reshape(h1.shape)
 
         # the outer level's error is measured against E|f| (the inner scales), not
         # against E|E[f | u]|, which vanishes where f cancels given u (E[phi(u) phi(v)]

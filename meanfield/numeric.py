@@ -34,9 +34,17 @@ numba decorators. Until numba is loaded, small calls run both sources in
 CPython (decorators removed, numpy scalars and a guarded ``math`` giving
 numba's numpy error model): a first answer in a fresh process costs no
 compilation and no numba import. Large calls, and every call once a process
-has spent :data:`INTERPRETED_BUDGET_S` CPU seconds interpreting, use numba
-(see :class:`CompiledRecursion`). The engines agree to ~1e-15 (the same IEEE
-operations in the same order; libm functions may differ by an ulp).
+has spent :data:`INTERPRETED_BUDGET_S` CPU seconds interpreting
+(:data:`INTERPRETED_BUDGET_COLD_S` where numba's cache is empty, so that the
+switch would compile), use numba (see :class:`CompiledRecursion`). The
+kernels and the closed-form expressions run the same IEEE operations in the
+same order in both engines (libm functions may differ by an ulp). Gaussian
+expectations without a closed form are the exception: CPython evaluates a
+numpy twin of the integrand on all nodes of a level at once (the ``_quad1``
+of :data:`meanfield.gaussian.QUAD1_SOURCE`, ~30 us instead of ~1 ms per
+expectation), so the sums run in another order and numpy's SIMD functions
+differ from libm's by an ulp: the engines agree to ~1e-15 of E|f|, which is
+1e-15 relative unless the integrand cancels (tests/test_engines.py).
 
 Caching
 -------
@@ -66,6 +74,7 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 from sympy.core.function import AppliedUndef
+from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
 from . import symbols as S
@@ -146,6 +155,13 @@ class _Printer(PythonCodePrinter):
     def _print_Float(self, expr):
         return repr(float(expr))
 
+    def _print_Integer(self, expr):
+        # numba types integer literals as int64: larger ones (high derivatives of gelu_tanh
+        # carry 1.2e20) fail to compile; as floats they are what the arithmetic makes of them
+        if abs(int(expr)) >= 2 ** 63:
+            return repr(float(expr))
+        return super()._print_Integer(expr)
+
     def _print_Heaviside(self, expr):  # H(0) = 1/2, as sympy's default
         a = self._print(expr.args[0])
         return f"(0.5 if ({a}) == 0 else (1.0 if ({a}) > 0 else 0.0))"
@@ -156,6 +172,24 @@ class _Printer(PythonCodePrinter):
         return "0.0"
 
 
+class _NumpyPrinter(NumPyPrinter):
+    """numpy printer for the interpreted twins of the integrands (arrays in, arrays out)."""
+
+    def __init__(self):
+        super().__init__({"allow_unknown_functions": True, "fully_qualified_modules": True})
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+    def _print_DiracDelta(self, expr):  # as _Printer: weak-sense delta terms are 0 numerically
+        return "0.0"
+
+    def _print_Function(self, expr):
+        if expr.func.__name__ == "_softplus":
+            return f"_softplus_np({self._print(expr.args[0])})"
+        return super()._print_Function(expr)
+
+
 class _Gen:
     """Collects helper functions (activation bodies, quadratures) for one module."""
 
@@ -164,6 +198,23 @@ class _Gen:
         self.one = {}   # f body -> quadrature name
         self.two = {}
         self.printer = _Printer()
+        self.numpy_printer = _NumpyPrinter()
+
+    def _numpy_body(self, name, variables, expr) -> bool:
+        """The integrand's numpy twin ``name`` (run by the interpreted engine on all nodes at
+        once), from the same expression as the compiled body; False where numpy has no
+        printing of some function (the interpreted engine then calls the scalar body)."""
+        sub = {v: sp.Symbol(f"_v{i}") for i, v in enumerate(variables)}
+        try:
+            code = self.numpy_printer.doprint(_stable(sp.sympify(expr).subs(sub)))
+        except Exception:  # sympy printer errors have no common base class
+            return False
+        if "Not supported" in code or "\n" in code:
+            return False
+        self.lines += ["# the numpy twin of the integrand (interpreted engine only; numba never sees it)",
+                       f"def {name}({', '.join(str(s) for s in sub.values())}):",
+                       f"    return {code}", ""]
+        return True
 
     def _body(self, name, variables, expr):
         sub = {v: sp.Symbol(f"_v{i}") for i, v in enumerate(variables)}
@@ -218,6 +269,11 @@ class _Gen:
             self.lines += [
                 f"_CUTS_{i} = np.array([{cuts}], dtype=np.float64)",
                 "",
+            ]
+            if self._numpy_body(f"_f1v_{i}", f.variables, info.expr):
+                # the interpreted engine rebinds _E1_{i} to this (see _expressions_interpreted)
+                self.lines += [f"_E1_{i}_NUMPY = (_f1v_{i}, _CUTS_{i})", ""]
+            self.lines += [
                 f"@{_JIT}",
                 f"def _f1s_{i}(h):",
                 f"    v = {fname}(h)",
@@ -255,6 +311,11 @@ class _Gen:
                 f"_CUTS2U_{i} = np.array([{', '.join(repr(c) for c in cuts_u)}], dtype=np.float64)",
                 f"_CUTS2V_{i} = np.array([{', '.join(repr(c) for c in (0.0, *cuts_v))}], dtype=np.float64)",
                 "",
+            ]
+            if self._numpy_body(f"_f2v_{i}", f.variables, f.expr):
+                # the interpreted engine rebinds _E2_{i} to this (see _expressions_interpreted)
+                self.lines += [f"_E2_{i}_NUMPY = (_f2v_{i}, _CUTS2U_{i}, _CUTS2V_{i})", ""]
+            self.lines += [
                 _nested_source(f"_{i}", fname, _JIT),
                 "",
                 f"@{_JIT}",
@@ -411,8 +472,10 @@ def generate_source(arch) -> str:
         f"# numba {_numba_version()}; python {sys.version.split()[0]}; rule {_rule_digest()}",
         "# whether K12 feeds back (the pair state), read by meanfield.numeric without re-deriving",
         f"PAIR = {S.K12 in rec.state}",
+        "import functools  # the numpy twins print Max/Min as functools.reduce(numpy.maximum, ...)",
         "import math",
         "from numba import cfunc, njit, types",
+        "import numpy",
         "import numpy as np",
         "from meanfield.gaussian import quad_tables",
         "",
@@ -432,6 +495,11 @@ def generate_source(arch) -> str:
         "    if a > 0.0:",
         "        return a + math.log1p(math.exp(-a))",
         "    return math.log1p(math.exp(a))",
+        "",
+        "",
+        "def _softplus_np(a):",
+        "    # _softplus on arrays (interpreted engine): the same operations, 0 + x == x",
+        "    return np.maximum(a, 0.0) + np.log1p(np.exp(-np.abs(a)))",
         "",
         "_SIG = types.float64(types.int64, *([types.float64] * 6))",
         "",
@@ -647,16 +715,31 @@ def _expressions_interpreted(path: Path):
     src = src.replace("from numba import cfunc, njit, types\n",
                       "from meanfield.numeric import _NUMBA_SHIM\n"
                       "cfunc, njit, types = _NUMBA_SHIM['cfunc'], _NUMBA_SHIM['njit'], _NUMBA_SHIM['types']\n")
-    return _exec_interpreted(path.stem + "_interpreted", path, src)
+    module = _exec_interpreted(path.stem + "_interpreted", path, src)
+    # Gaussian expectations: the numpy engine on all nodes at once (the scalar engine in
+    # CPython costs ~1 ms per one-point expectation, the solvers need 10^3 - 10^4 of them;
+    # ~0.5 s per two-point one)
+    from .gaussian import interpreted_expect, interpreted_expect2
+
+    for name in [n for n in vars(module) if n.startswith(("_E1_", "_E2_")) and n.endswith("_NUMPY")]:
+        twin = getattr(module, name)
+        make = interpreted_expect if name.startswith("_E1_") else interpreted_expect2
+        setattr(module, name[:-len("_NUMPY")], make(*twin))
+    return module
 
 
 class _Slow(Exception):
     """The interpreted evaluation ran past its time budget: use the compiled code."""
 
 
-#: a process spends at most this long (CPU seconds, all calls together) in interpreted kernels;
-#: then numba takes over (a loop of many small calls gets numba's per-point speed)
+#: a process spends at most this long (CPU seconds, all calls together) in interpreted kernels
+#: when numba's caches are warm (loading them costs ~1-2 s); then numba takes over (a loop of
+#: many small calls gets numba's per-point speed)
 INTERPRETED_BUDGET_S = 0.5
+#: the same budget when switching would compile (20-60 s CPU): interpreting is worth more of the
+#: compile's cost (rent before buying: a process never pays more than the compile twice over
+#: for calls numba would have answered), and most sessions never reach it
+INTERPRETED_BUDGET_COLD_S = 8.0
 #: calls whose arrays hold more than this many elements go to numba directly
 INTERPRETED_MAX_ELEMENTS = 50_000
 
@@ -704,7 +787,8 @@ class CompiledRecursion:
     kernels): numba, and CPython (the decorators removed). Until numba is
     loaded in the process, a small call (arrays of at most
     :data:`INTERPRETED_MAX_ELEMENTS` elements) is answered by CPython, within a
-    budget of :data:`INTERPRETED_BUDGET_S` CPU seconds per process; past it, on a
+    budget of :data:`INTERPRETED_BUDGET_S` CPU seconds per process
+    (:data:`INTERPRETED_BUDGET_COLD_S` while numba's cache is empty); past it, on a
     floating-point exception (CPython raises where numba's numpy error model
     returns inf or NaN) or for a larger call, numba takes over and stays in
     charge for the architecture. Both engines do the same IEEE operations in
@@ -772,13 +856,23 @@ class CompiledRecursion:
             return False
         if _ENGINE_FORCED == "python":
             return True
-        if (_NUMBA_READY[0] and self._module is not None) or _INTERPRETED_SPENT[0] >= INTERPRETED_BUDGET_S:
+        if (_NUMBA_READY[0] and self._module is not None) or _INTERPRETED_SPENT[0] >= self._budget():
             return False
         n = 0
         for a in args:
             if isinstance(a, np.ndarray):
                 n += a.size
         return n <= INTERPRETED_MAX_ELEMENTS
+
+    def _budget(self) -> float:
+        """CPU seconds the process may interpret (all calls): :data:`INTERPRETED_BUDGET_S` when
+        numba would load this module and the kernels from its cache, else
+        :data:`INTERPRETED_BUDGET_COLD_S` (it would compile them)."""
+        b = self.__dict__.get("_budget_s")
+        if b is None:
+            b = INTERPRETED_BUDGET_S if _numba_cache_warm(self.path) else INTERPRETED_BUDGET_COLD_S
+            self.__dict__["_budget_s"] = b
+        return b
 
     def _interpret(self, kernel, args):
         """Run the kernel in CPython; None when numba must take over."""
@@ -791,7 +885,7 @@ class CompiledRecursion:
         if forced:
             fns = _ieee(fns)
         else:
-            fns = _budgeted(fns, t0 + INTERPRETED_BUDGET_S - _INTERPRETED_SPENT[0])
+            fns = _budgeted(fns, t0 + self._budget() - _INTERPRETED_SPENT[0])
         try:
             with np.errstate(all="ignore"):
                 return fn(fns, *args), True
@@ -862,6 +956,26 @@ class CompiledRecursion:
 _ENGINE_FORCED = os.environ.get("MEANFIELD_ENGINE", "").lower()
 #: set once a numba kernel has run in this process: from then on numba answers every call
 _NUMBA_READY = [False]
+
+
+def _numba_cache_warm(path: Path) -> bool:
+    """Whether numba's caches hold this generated module and the solver kernels (looked up on
+    disk, without importing numba: the answer decides whether to import it)."""
+    try:
+        if not any(path.parent.glob(f"__pycache__/{path.stem}*.nbi")):
+            return False
+        return _kernels_cache_warm()
+    except OSError:
+        return False
+
+
+@lru_cache(maxsize=1)
+def _kernels_cache_warm() -> bool:
+    from ._cache import numba_cache_dir
+
+    env = os.environ.get("NUMBA_CACHE_DIR")
+    root = Path(env) if env else numba_cache_dir()
+    return any(root.rglob("_kernels.*.nbi")) if env else any(root.glob("*/_kernels.*.nbi"))
 
 
 def _kernels_cold(fn) -> bool:

@@ -51,7 +51,8 @@ def test_profile_and_fixed_point_agree(monkeypatch, kw):
     assert np.array_equal(p.status, n.status)
 
 
-@pytest.mark.parametrize("kw", [dict(activation="erf"), dict(activation="gelu")], ids=["erf", "gelu"])
+@pytest.mark.parametrize("kw", [dict(activation="erf"), dict(activation="gelu"), dict(activation="tanh"),
+                                dict(activation="silu")], ids=["erf", "gelu", "tanh", "silu"])
 def test_critical_point_and_line_agree(monkeypatch, kw):
     p, n = _both(monkeypatch, lambda: mf.critical_point(**kw))
     assert len(p) == len(n) >= 1
@@ -62,6 +63,96 @@ def test_critical_point_and_line_agree(monkeypatch, kw):
     p, n = _both(monkeypatch, lambda: mf.critical_line(sigma_w=sw, **kw))
     _close(p.sigma_b, n.sigma_b)
     _close(p.K_star, n.K_star)
+
+
+def _kinked():
+    # a user activation with a jump and a kink (Piecewise: numpy.select in the numpy twin)
+    import sympy as sp
+    from meanfield.activations import activation
+    from meanfield.symbols import x
+
+    return activation(sp.Piecewise((sp.tanh(x), x < sp.Rational(1, 2)),
+                                   (sp.tanh(sp.Rational(1, 2)) + 3 * (x - sp.Rational(1, 2)), True)))
+
+
+@pytest.mark.parametrize("act, tol", [("tanh", 1e-13), ("softplus", 1e-13), ("silu", 1e-13), ("gelu_tanh", 1e-11),
+                                      ("kinked", 1e-13)])
+def test_quadrature_expectations_agree(act, tol):
+    """The interpreted engine's one-point expectations (numpy twins of the integrands, all nodes
+    at once) against numba's scalar engine, for every expectation the compiled module has, K
+    from 1e-6 to 1e6. Both engines are accurate to ~1e-15 of E|f| (the error measure of the
+    rule); they differ in summation order, and numpy's SIMD tanh differs from libm's by an ulp
+    (more after pointwise cancellation in high derivatives of gelu_tanh), so a cancelling
+    integrand (E[f] << E|f|) agrees to ``tol`` of E|f|, the others to 1e-13 relative. (gelu_tanh's
+    third-derivative integrands subtract terms ~1e20 apart from the result pointwise, 1 - tanh^2
+    among them: each engine evaluates them to ~1e-12 of E|f| only at K ~ 1e4, whatever the summation.)"""
+    from meanfield import gaussian
+
+    comp = numeric.compiled(activation=_kinked() if act == "kinked" else act)
+    interp, mod = comp.interpreted, comp.module
+    names = sorted(n for n in vars(interp) if n.startswith("_E1_") and n[4:].isdigit())
+    assert len(names) >= 4
+    finite = 0
+    for name in names:
+        f, cuts = getattr(interp, name + "_NUMPY")
+        for K in np.logspace(-6, 6, 13):
+            a, b = float(getattr(interp, name)(np.float64(K))), float(getattr(mod, name)(K))
+            # (NaN in both where the compiled integrand overflows, SiLU' at h ~ -800: the solvers report it)
+            assert np.isnan(a) == np.isnan(b), (name, K, a, b)
+            if np.isnan(b):
+                continue
+            finite += 1
+            scale = gaussian.quad1(lambda h: np.abs(f(h)), np.sqrt(K), cuts)[0]  # E|f|
+            assert abs(a - b) <= tol * (scale + abs(b)), (name, K, a, b, scale)
+    # the functions the solvers use, where no cancellation happens: 1e-13 relative
+    for K in np.logspace(-6, 6, 13):
+        for n in ("kernel", "chi_J", "dkernel_dW"):
+            args = tuple(np.float64(v) for v in (K, 0.5 * K, 1.7, 0.1, 0.0, 0.0))
+            _close(getattr(interp, n)(*args), getattr(mod, n)(*args))
+    assert finite >= 0.75 * len(names) * 13
+
+
+@pytest.mark.parametrize("act", ["tanh", "kinked"])
+def test_two_point_expectations_agree(act):
+    """The interpreted two-point expectations (numpy: all inner integrals of an outer level at once)
+    against numba's nested scalar engine, to 1e-13 of E|f(u, v)|, over correlations -1..1 and
+    variances 1e-3..1e3."""
+    from meanfield import gaussian
+
+    comp = numeric.compiled(activation=_kinked() if act == "kinked" else act)
+    interp, mod = comp.interpreted, comp.module
+    names = sorted(n for n in vars(interp) if n.startswith("_E2_") and n[4:].isdigit())
+    assert names
+    for name in names:
+        f, cu, cv = getattr(interp, name + "_NUMPY")
+        for K1, K2 in [(1.0, 1.0), (1e-3, 2.0), (30.0, 0.5), (1e3, 1e3)]:
+            for r in (-1.0, -0.6, 0.0, 0.3, 0.999, 1.0):
+                K12 = r * np.sqrt(K1 * K2)
+                a = float(getattr(interp, name)(np.float64(K1), np.float64(K2), np.float64(K12)))
+                b = float(getattr(mod, name)(K1, K2, K12))
+                assert np.isnan(a) == np.isnan(b), (name, K1, K2, r, a, b)
+                if np.isnan(b):
+                    continue
+                scale = float(gaussian.expect2(lambda u, v: np.abs(f(u, v)), K1, K2, K12, (cu, cv[1:])))
+                assert abs(a - b) <= 1e-13 * (scale + abs(b)), (name, K1, K2, r, a, b, scale)
+
+
+def test_interpreting_budget_follows_numbas_cache(tmp_path, monkeypatch):
+    """0.5 s of interpreting where numba would load its cache; 8 s where switching would compile."""
+    monkeypatch.setenv("MEANFIELD_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    numeric._kernels_cache_warm.cache_clear()
+    path = numeric._source_path(numeric._canonical(mf.Architecture(activation="erf")))
+    comp = numeric.CompiledRecursion(mf.Architecture(activation="erf"), path, 0.0, 0.0, False, False, False)
+    assert comp._budget() == numeric.INTERPRETED_BUDGET_COLD_S > numeric.INTERPRETED_BUDGET_S
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / f"{path.stem}.FNS-1.py311.nbi").write_text("")
+    (tmp_path / "numba" / "x").mkdir(parents=True)
+    (tmp_path / "numba" / "x" / "_kernels.profile-1.py311.nbi").write_text("")
+    numeric._kernels_cache_warm.cache_clear()
+    comp = numeric.CompiledRecursion(mf.Architecture(activation="erf"), path, 0.0, 0.0, False, False, False)
+    assert comp._budget() == numeric.INTERPRETED_BUDGET_S
+    numeric._kernels_cache_warm.cache_clear()
 
 
 def test_ieee_math_matches_numbas_error_model():
@@ -101,6 +192,22 @@ def test_small_first_call_does_not_import_numba(tmp_path):
     assert float(K50) == pytest.approx(ref, rel=1e-13)
     # erf's critical point at K* = 0: sigma_w^2 E[phi'(0)^2] = 1 gives sigma_w = sqrt(pi)/2 (independent)
     assert float(sw) == pytest.approx(np.sqrt(np.pi) / 2, rel=1e-12)
+
+
+def test_first_quadrature_critical_point_does_not_compile(tmp_path):
+    """tanh has no closed-form moments: its critical point needs ~10^4 Gaussian quadratures,
+    which a fresh process answers with the numpy engine, without importing numba."""
+    code = ("import sys, meanfield as mf\n"
+            "c = mf.critical_point(activation='tanh')\n"
+            "print('numba' in sys.modules, repr(c[0].sigma_w), repr(c[0].K_star))\n")
+    env = dict(os.environ, MEANFIELD_CACHE_DIR=str(tmp_path))
+    env.pop("MEANFIELD_ENGINE", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    numba_loaded, sw, K = out.stdout.split()
+    assert numba_loaded == "False"
+    # tanh'(0) = 1: chi_J = sigma_w^2 at K* = 0, so sigma_w = 1 (independent of the code)
+    assert float(sw) == pytest.approx(1.0, rel=1e-12) and float(K) == 0.0
 
 
 def test_cli_theory_command_imports_neither_torch_nor_numba(tmp_path):

@@ -14,6 +14,8 @@ a stretched exponential (Theorem 4.3): *subcritical*, no line.
 """
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -282,12 +284,12 @@ def _line_table(arch: Architecture):
     if not ok[first:last + 1].all():
         return None
     # turning points of W(K): two roots of W(K) = W can share a grid cell there
-    from scipy.optimize import minimize_scalar
-
     extra = []
     for j in range(first + 1, last):
         dl, dr = W[j] - W[j - 1], W[j + 1] - W[j]
         if dl * dr < 0:
+            from scipy.optimize import minimize_scalar  # only here: importing it costs ~0.5 s
+
             sgn = 1.0 if dl < 0 else -1.0   # minimum: minimise W; maximum: minimise -W
             res = minimize_scalar(lambda k: sgn * solve(np.array([k]))[0][0], bounds=(Ks[j - 1], Ks[j + 1]),
                                   method="bounded", options={"xatol": 1e-12 * Ks[j + 1]})
@@ -507,39 +509,114 @@ class CriticalPoints(Result):
 
 @lru_cache(maxsize=64)
 def _derivatives(arch: Architecture, order: int):
-    """mpmath functions of (K, sigma_w, sigma_b, mu, eps) for d^n F/dK^n (n <= order) and d^n chi_J/dK^n."""
+    """mpmath functions of (K, sigma_w, sigma_b, mu, eps) for d^n F/dK^n (n <= order) and d^n chi_J/dK^n
+    (n <= min(order, 1)).
+
+    Deriving them takes sympy ~0.5-1.5 s, so their mpmath source is kept on disk next to the
+    architecture's generated module (same key: everything the recursion depends on) and a
+    later process only re-executes it (:func:`_derivatives_source`, :func:`_derivatives_load`).
+    """
+    path = _derivatives_path(arch, order)
+    if path is not None:
+        try:
+            return _derivatives_load(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError, SyntaxError):
+            pass  # absent or unreadable: derive (and rewrite) it
+    spec = _derivatives_source(arch, order)
+    if path is not None:
+        try:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(spec))
+            os.replace(tmp, path)  # atomic: a concurrent process never reads half a file
+        except OSError:
+            pass  # a read-only cache only costs the next process the derivation
+    return _derivatives_load(spec)
+
+
+#: the layout of _derivatives_source's output: bump it when that function changes (the key covers
+#: the recursion's sources, not this module)
+_SERIES_FORMAT = 1
+
+
+def _derivatives_path(arch, order):
+    """The on-disk cache of :func:`_derivatives` (None where the architecture has no module key)."""
+    from ..numeric import _key, cache_dir
+
+    try:
+        return cache_dir() / f"meanfield_expr_{_key(arch)}.series{int(order)}-v{_SERIES_FORMAT}.json"
+    except Exception:  # a cache is an optimisation: derive without it
+        return None
+
+
+def _derivatives_source(arch: Architecture, order: int) -> dict:
+    """The sympy derivatives printed as mpmath source (what sympy's lambdify runs):
+    {"F": [...], "X": [...]}, each entry {"src": the function's source, "ge": [one-point
+    expectations (name, integrand source, its breakpoints as srepr)], "ge2": [two-point ones]}."""
+    import inspect
+
     import sympy as sp
 
     from .. import symbols as S
-    from ..gaussian import mp_expect, mp_expect2, pieces
+    from ..gaussian import GaussianExpectation, GaussianExpectation2, pieces
     from ..symbolic import recursion
-
-    from sympy.utilities.lambdify import implemented_function
-
-    from ..gaussian import GaussianExpectation, GaussianExpectation2
 
     rec = recursion(arch)
     args = (S.K, S.sigma_w, S.sigma_b, S.mu, S.eps)
 
-    def mpmath_ready(e):
-        # unevaluated expectations -> implemented functions computed by mpmath quadrature
-        repl = {}
-        for i, ge in enumerate(e.atoms(GaussianExpectation)):
-            f = sp.lambdify(ge.args[0].variables, ge.args[0].expr, modules="mpmath")
-            cuts = pieces(ge.args[0]).cuts  # kinks of user activations: split mpmath's quadrature there
-            fn = implemented_function(f"_mf_ge{i}", lambda K, f=f, cuts=cuts: mp_expect(f, K, dps=30, cuts=cuts))
-            repl[ge] = fn(ge.args[1])
-        for i, ge in enumerate(e.atoms(GaussianExpectation2)):
-            f = sp.lambdify(ge.args[0].variables, ge.args[0].expr, modules="mpmath")
-            fn = implemented_function(f"_mf_ge2_{i}", lambda a, b, c, f=f: mp_expect2(f, a, b, c, dps=25))
-            repl[ge] = fn(*ge.args[1:])
-        return e.xreplace(repl)
+    def entry(e):
+        # unevaluated expectations -> named functions computed by mpmath quadrature (see _derivatives_load)
+        repl, ge, ge2 = {}, [], []
+        for i, g in enumerate(e.atoms(GaussianExpectation)):
+            f = sp.lambdify(g.args[0].variables, g.args[0].expr, modules="mpmath")
+            cuts = pieces(g.args[0]).cuts  # kinks of user activations: split mpmath's quadrature there
+            ge.append({"name": f"_mf_ge{i}", "src": inspect.getsource(f), "cuts": [sp.srepr(c) for c in cuts]})
+            repl[g] = sp.Function(f"_mf_ge{i}")(g.args[1])
+        for i, g in enumerate(e.atoms(GaussianExpectation2)):
+            f = sp.lambdify(g.args[0].variables, g.args[0].expr, modules="mpmath")
+            ge2.append({"name": f"_mf_ge2_{i}", "src": inspect.getsource(f)})
+            repl[g] = sp.Function(f"_mf_ge2_{i}")(*g.args[1:])
+        fn = sp.lambdify(args, e.xreplace(repl), modules="mpmath")
+        return {"src": inspect.getsource(fn), "ge": ge, "ge2": ge2}
 
-    out = {}
-    for name, e in (("F", rec.kernel), ("X", rec.chi_J)):
-        out[name] = [sp.lambdify(args, mpmath_ready(sp.diff(e, S.K, n) if n else e), modules="mpmath")
-                     for n in range(order + 1)]
-    return out
+    # chi_J: at most its first derivative (d1 of the series; more was never used)
+    return {name: [entry(sp.diff(e, S.K, n) if n else e) for n in range(top + 1)]
+            for name, e, top in (("F", rec.kernel, order), ("X", rec.chi_J, min(order, 1)))}
+
+
+@lru_cache(maxsize=1)
+def _mpmath_namespace() -> dict:
+    """The globals sympy's lambdify gives an mpmath function (mpmath plus its translations)."""
+    import sympy as sp
+
+    ns = dict(sp.lambdify((), 0, modules="mpmath").__globals__)
+    ns.pop("_lambdifygenerated", None)
+    return ns
+
+
+def _derivatives_load(spec: dict) -> dict:
+    """{"F": [functions], "X": [functions]} from :func:`_derivatives_source`'s output."""
+    from ..gaussian import mp_expect, mp_expect2
+
+    def run(src, extra):
+        ns = dict(_mpmath_namespace())
+        ns.update(extra)
+        exec(compile(src, "<meanfield derivative>", "exec"), ns)
+        return ns["_lambdifygenerated"]
+
+    def function(d):
+        extra = {}
+        for g in d["ge"]:
+            import sympy as sp
+
+            f = run(g["src"], {})
+            cuts = tuple(sp.sympify(c) for c in g["cuts"])
+            extra[g["name"]] = lambda K, f=f, cuts=cuts: mp_expect(f, K, dps=30, cuts=cuts)
+        for g in d["ge2"]:
+            f = run(g["src"], {})
+            extra[g["name"]] = lambda a, b, c, f=f: mp_expect2(f, a, b, c, dps=25)
+        return run(d["src"], extra)
+
+    return {name: [function(d) for d in spec[name]] for name in ("F", "X")}
 
 
 def _series(arch, K, sw, sb, order=3):
