@@ -54,14 +54,34 @@ def test_scale_invariant_gram_parallel_pairs_closed_form(slope, s):
     for _ in range(20):
         x = rng.standard_normal(5)
         X = np.stack([x, s * x, -s * x])
-        r = mf.kernels(arch, X, depth=2, sigma_w=sw, sigma_b=0.0, get="nngp")
+        r = mf.kernels(arch, X, depth=2, sigma_w=sw, sigma_b=0.0)
         K1 = sw * sw * (x @ x) / 5
         root = K1 * abs(s)                       # sqrt(K1 K2)
         par = sw * sw * (1 + slope * slope) / 2 * root
         anti = -sw * sw * slope * root
         scale = sw * sw * root
         worst = max(worst, abs(r.nngp[0, 1] - par) / scale, abs(r.nngp[0, 2] - anti) / scale)
+        # NTK ('ntk'): Theta^2 = K^2 + sigma_w^2 E[phi'(u) phi'(v)] Theta^1, Theta^1 = K^1 = +-root,
+        # E[phi' phi'] = (1 + a^2)/2 at rho = 1 and a at rho = -1
+        t_par = par + sw * sw * (1 + slope * slope) / 2 * root
+        t_anti = anti - sw * sw * slope * root
+        worst = max(worst, abs(r.ntk[0, 1] - t_par) / scale, abs(r.ntk[0, 2] - t_anti) / scale)
     assert worst < 1e-14, worst
+
+
+def test_relu_pre_layernorm_diagonal_ntk_exact():
+    """After a LayerNorm the diagonal correlation K / sqrt(K K) can round to 1 - 1e-16, where
+    arccos has infinite slope: the ReLU NTK diagonal was 2.2e-9 off (found with neural-tangents).
+    Depth 2, mu = 0.44: K^2 = mu^2 K^1 + sigma_w^2/2 + sigma_b^2, Theta^2 = (sigma_w^2/2 + sigma_b^2) + mu^2 Theta^1 + sigma_w^2 (1/2) Theta^1/K^1 = K^2 + sigma_w^2/2."""
+    sw, sb, mu = 1.37, 0.23, 0.44
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((40, 5)) * rng.uniform(0.2, 3.0, (40, 1))
+    net = mf.Network(mf.residual(mf.layer_norm(), mf.act("relu"), mf.dense()), mu=mu)
+    r = mf.kernels(net, x, depth=2, sigma_w=sw, sigma_b=sb)
+    K1 = sw * sw * np.sum(x * x, 1) / 5 + sb * sb
+    K2 = mu * mu * K1 + sw * sw / 2 + sb * sb
+    np.testing.assert_allclose(np.diag(r.nngp), K2, rtol=1e-14)
+    np.testing.assert_allclose(np.diag(r.ntk), K2 + sw * sw / 2, rtol=1e-14)
 
 
 # -- mpmath at parameter points no paper uses -------------------------------------------------

@@ -141,15 +141,15 @@ def trelu_table():
     worst = 0.0
     for L in (25, 100):
         for eta in (0.9, 0.6):
-            for w in (0.0, 0.8):
-                if w == 0.0:
-                    am = sh.trelu_negative_slope(L, eta=eta)
-                    sub = lrelu_subnet_vanilla(L)
-                    net = "vanilla"
-                else:
+            for w in (0.0, 0.5):
+                sub = lrelu_subnet_vanilla(L) if w == 0.0 else lrelu_subnet_resnet(L, w)
+                net = "vanilla" if w == 0.0 else f"ResNet w={w}"
+                try:
                     am = sh.trelu_negative_slope(L, eta=eta, shortcut_weight=w)
-                    sub = lrelu_subnet_resnet(L, w)
-                    net = f"ResNet w={w}"
+                except ValueError as err:
+                    print(f"| {net} | {L} | {eta} | ValueError: {str(err)[:90]} | (dks: C_f(0) of ReLU "
+                          f"{sub(0.0, lambda c: float(AT._leaky_relu_cmap(c, 0.0))):.6f}) | |")
+                    continue
                 try:
                     d = AT._get_activations_params(["leaky_relu"], "TAT", tat_params={"c_val_0_target": eta},
                                                    subnet_max_func=sub)["leaky_relu"]

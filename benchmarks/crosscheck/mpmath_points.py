@@ -56,7 +56,7 @@ def fixed_point(name, sw, sb, mu=0, ln=False, dps=30):
     sw, sb, mu = mp.mpf(sw), mp.mpf(sb), mp.mpf(mu)
     with mp.workdps(15):
         K = sw * sw + sb * sb
-        for _ in range(3000):
+        for _ in range(400):
             K1 = F(name, K, sw, sb, mu, ln)
             if abs(K1 - K) < 1e-12 * (1 + K):
                 K = K1
@@ -101,7 +101,7 @@ FIXED = [  # (activation, sigma_w, sigma_b, mu, pre-LN)
     ("erf", 1.37, 0.23, 0.0, False),
     ("erf", 2.6, 0.71, 0.0, False),
     ("gelu", 1.21, 0.34, 0.37, False),
-    ("gelu", 1.62, 0.05, 0.0, False),
+    ("gelu", 1.3, 0.6, 0.0, False),
     ("tanh", 1.93, 0.17, 0.0, False),
     ("tanh", 1.37, 0.23, 0.7, True),
     ("softplus", 0.71, 0.29, 0.0, False),
