@@ -196,6 +196,13 @@ def test_gelu_ln_post_profile_against_independent_monte_carlo():
         m, se = mc.mean(0), mc.std(0, ddof=1) / math.sqrt(n)
         allow = 2.0 * np.arange(1, len(th) + 1) / width * np.abs(th)
         assert np.all(np.abs(m - th) <= 4.5 * se + allow), (m, th, se)
-    # and the test can fail: a 5% error in chi_J (e.g. a wrong LayerNorm factor) is far outside
-    m, se = J.mean(0), J.std(0, ddof=1) / math.sqrt(n)
-    assert np.any(np.abs(m - 1.05 * Jt) > 4.5 * se + 2.0 * np.arange(1, depth) / width * Jt)
+    # Deep layers (l >= 10), where chi_J^l has settled at chi_J*: per initialisation the mean over
+    # layers is one sample, so the standard error across initialisations is honest. This pooled
+    # check can fail: a 3% error in chi_J* (e.g. a LayerNorm factor 1/Var[phi] taken as 1/E[phi^2])
+    # is outside it.
+    deep = J[:, 9:].mean(1)
+    m, se = deep.mean(), deep.std(ddof=1) / math.sqrt(n)
+    th = Jt[9:].mean()
+    allow = 2.0 / width * th
+    assert abs(m - th) <= 4.5 * se + allow, (m, th, se)
+    assert abs(m - 1.03 * th) > 4.5 * se + allow, (m, th, se)
