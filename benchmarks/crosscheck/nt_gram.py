@@ -164,9 +164,52 @@ def profile_table():
     return worst
 
 
+def sweep(n=40, seed=3):
+    """Random architectures and parameters (sigma_w in [0.4, 3], sigma_b in [0, 1.2], depth 1-40),
+    inputs with a near-parallel pair (1 - rho ~ 1e-12) added: the largest relative difference of
+    each kernel, and of each entry relative to sqrt(Theta_aa Theta_bb)."""
+    rng = np.random.default_rng(seed)
+    x = inputs()
+    x = np.concatenate([x, x[3:4] + 1e-6 * rng.standard_normal((1, 5))])
+    acts = ["relu", "erf", "gelu", "leaky_relu", "abrelu"]
+    print("## Random sweep (8 inputs incl. a pair with 1 - rho ~ 1e-12)\n")
+    print("| activation | norm | mu | sigma_w | sigma_b | param | depth | NNGP max rel | NTK max rel | NTK max rel to scale |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for _ in range(n):
+        name = acts[rng.integers(len(acts))]
+        norm = "ln_pre" if rng.random() < 0.4 else "none"
+        mu = None if rng.random() < 0.4 else float(np.round(rng.uniform(0.1, 0.95), 3))
+        sw, sb = float(np.round(rng.uniform(0.4, 3.0), 3)), float(np.round(rng.uniform(0, 1.2), 3))
+        depth = int(rng.integers(1, 41))
+        param = "ntk" if rng.random() < 0.5 else "standard"
+        _, _, kfn = nt_net(name, norm, mu, depth, sw, sb, param)
+        k = kfn(x, None, ("nngp", "ntk"))
+        try:
+            r = mf.kernels(mf_net(name, norm, mu), x, depth=depth, sigma_w=sw, sigma_b=sb, parameterization=param,
+                           width=WIDTH if param == "standard" else None)
+        except ValueError as err:
+            print(f"| {name} | {norm} | {mu} | {sw} | {sb} | {param} | {depth} | ValueError: {str(err)[:60]} | | |")
+            continue
+        kn, kt = np.asarray(k.nngp), np.asarray(k.ntk)
+        if not (np.all(np.isfinite(kn)) and np.all(np.isfinite(kt))):
+            print(f"| {name} | {norm} | {mu} | {sw} | {sb} | {param} | {depth} | (neural-tangents not finite) | | |")
+            continue
+        e1, e2 = rel(r.nngp, kn), rel(r.ntk, kt)
+        sc = np.sqrt(np.outer(np.diag(kt), np.diag(kt)))
+        e3 = float(np.max(np.abs(r.ntk - kt) / sc))
+        worst = max(worst, e1, e3)
+        print(f"| {name} | {norm} | {mu} | {sw} | {sb} | {param} | {depth} | {e1:.1e} | {e2:.1e} | {e3:.1e} |")
+    print(f"\nlargest (NNGP, NTK relative to scale): {worst:.2e}\n")
+
+
 if __name__ == "__main__":
     import jax as _j
     import neural_tangents as _nt
     print(f"neural-tangents {_nt.__version__}, jax {_j.__version__}, float64\n")
-    gram_table()
-    profile_table()
+    if "--sweep" in sys.argv:
+        sweep()
+    else:
+        gram_table()
+        profile_table()
+
