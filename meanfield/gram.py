@@ -145,6 +145,18 @@ def _clip1(a):
     return np.clip(a, -1.0, 1.0)
 
 
+def _corr(a):
+    # arccos has infinite slope at +-1: a correlation that should be exactly +-1 (the diagonal after
+    # a LayerNorm, K / sqrt(K K); parallel inputs of different norms) but rounds to 1 - 1e-16 gives
+    # arccos = 1.5e-8 and an NTK error of 2e-9 relative (found against neural-tangents). Within
+    # 1e-15 of +-1 the correlation is taken as +-1, everywhere it appears in the expression (the
+    # arccos and the sqrt((1 - rho)(1 + rho)) next to it must see the same number): an error of at
+    # most sqrt(2e-15)/(2 pi) = 7e-9 for inputs that truly are that close, the size rounding alone
+    # gives them anyway.
+    a = _clip1(a)
+    return np.where(np.abs(a) >= 1.0 - 1e-15, np.sign(a), a)
+
+
 def _sqrt0(a):
     # only variances that vanish at correlation 1 (K1 K2 - K12^2) can round below 0
     return np.sqrt(np.maximum(a, 0.0))
@@ -153,6 +165,9 @@ def _sqrt0(a):
 def _safe(expr):
     """acos/asin of clipped arguments, square roots of non-negative parts (see the module notes)."""
     acos, asin, sqrt = sp.Function("_mf_acos"), sp.Function("_mf_asin"), sp.Function("_mf_sqrt")
+    corr = sp.Function("_mf_corr")
+    rhos = {e.args[0] for e in expr.atoms(sp.acos)}
+    expr = expr.xreplace({**{r: corr(r) for r in rhos}, **{-r: -corr(r) for r in rhos}})
     expr = expr.replace(lambda e: isinstance(e, sp.acos), lambda e: acos(e.args[0]))
     expr = expr.replace(lambda e: isinstance(e, sp.asin), lambda e: asin(e.args[0]))
 
@@ -182,7 +197,7 @@ def _lambdify(args, exprs):
     from .symbolic import _numeric_expectations
 
     exprs, namespace = _numeric_expectations([_safe(e) for e in exprs])
-    namespace.update(_mf_acos=lambda a: np.arccos(_clip1(a)), _mf_asin=lambda a: np.arcsin(_clip1(a)),
+    namespace.update(_mf_corr=_corr, _mf_acos=lambda a: np.arccos(_clip1(a)), _mf_asin=lambda a: np.arcsin(_clip1(a)),
                      _mf_sqrt=_sqrt0)
     return sp.lambdify(args, exprs, modules=[namespace, "numpy", "scipy"], cse=True)
 
