@@ -158,12 +158,34 @@ def _data(results):
     return {r["id"]: (r["status"], strip(r.get("data", {}))) for r in results}
 
 
+def _assert_same_data(a, b, key=""):
+    """Monte-Carlo numbers ("mc", "se") equal bit for bit; everything derived from theory to 1e-12.
+
+    The theory side is evaluated by whichever engine a process has ready (interpreted numpy
+    for small first calls, compiled numba once loaded; numeric.py), and the two sum in
+    different orders: a fresh Dask worker and a test process that has loaded numba agree to
+    rounding, not bit for bit."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), key
+        for k in a:
+            _assert_same_data(a[k], b[k], k if k in ("mc", "se") else key)
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), key
+        for u, v in zip(a, b):
+            _assert_same_data(u, v, key)
+    elif isinstance(a, float) and key not in ("mc", "se"):
+        assert isinstance(b, float) and (a == b or np.isclose(a, b, rtol=1e-12, atol=0) or
+                                         (np.isnan(a) and np.isnan(b))), (key, a, b)
+    else:
+        assert a == b or (isinstance(a, float) and np.isnan(a) and np.isnan(b)), (key, a, b)
+
+
 @pytest.mark.slow
 def test_suite_on_cluster_gives_the_serial_results(client, tmp_path):
     serial = run_suite(CASES, tmp_path / "serial", device="cpu", progress=False, plots=False)
     dist = run_suite(CASES, tmp_path / "dask", device="cpu", progress=False, plots=False, client=client)
     assert serial["summary"]["ok"] and dist["summary"]["ok"]
-    assert _data(dist["results"]) == _data(serial["results"])
+    _assert_same_data(_data(dist["results"]), _data(serial["results"]))
     assert not any(r.get("resumed") for r in dist["results"])
     for c in CASES:
         saved = json.loads((tmp_path / "dask" / "cases" / f"{c['id']}.json").read_text())
