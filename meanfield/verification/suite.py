@@ -636,7 +636,8 @@ def _plot_case(res: dict, path: Path, dpi: int = 80):
             ax.set_ylim(sw.min(), sw.max())
             ax.set_title(f"{lab}: log J^{{{data['layer']},{data['layer'] + 1}}}", fontsize=9)
             fig.colorbar(im, ax=ax)
-        axes[0].legend(fontsize=7, loc="lower right")
+        if axes[0].get_legend_handles_labels()[0]:  # no line where the grid is critical everywhere
+            axes[0].legend(fontsize=7, loc="lower right")
     elif kind == "width_scan":
         fig, ax = plt.subplots(figsize=(5, 3.5))
         rows = data["rows"]
