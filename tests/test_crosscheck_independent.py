@@ -100,6 +100,7 @@ def _fixed_point(name, sw, sb, mu, ln):
     return K, chi
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, sw, sb, mu, ln", [
     ("gelu", 1.21, 0.34, 0.37, False),
     ("tanh", 1.37, 0.23, 0.7, True),
@@ -159,6 +160,7 @@ def test_gelu_residual_critical_point_against_mpmath():
     assert p.sigma_b == pytest.approx(float(mp.sqrt(sb2)), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mu", [0.0, 0.37])
 def test_selu_critical_point_at_zero_against_closed_form(mu):
     """K* = 0: sigma_w^2 = (1 - mu^2) / lim_{K->0} E[phi'^2] = 2 (1 - mu^2) / (lambda^2 (1 + alpha^2))."""

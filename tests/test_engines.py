@@ -36,6 +36,7 @@ ARCHS = [dict(activation="erf"), dict(activation="gelu"), dict(activation="relu"
          dict(activation="tanh", norm="ln_pre", mu=0.7), dict(activation="softplus")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", ARCHS, ids=lambda kw: "-".join(str(v) for v in kw.values()))
 def test_profile_and_fixed_point_agree(monkeypatch, kw):
     sw = np.array([0.7, 1.2, 1.9])[:, None]
@@ -51,6 +52,7 @@ def test_profile_and_fixed_point_agree(monkeypatch, kw):
     assert np.array_equal(p.status, n.status)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", [dict(activation="erf"), dict(activation="gelu"), dict(activation="tanh"),
                                 dict(activation="silu")], ids=["erf", "gelu", "tanh", "silu"])
 def test_critical_point_and_line_agree(monkeypatch, kw):
@@ -75,6 +77,7 @@ def _kinked():
                                    (sp.tanh(sp.Rational(1, 2)) + 3 * (x - sp.Rational(1, 2)), True)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act, tol", [("tanh", 1e-13), ("softplus", 1e-13), ("silu", 1e-13), ("gelu_tanh", 1e-11),
                                       ("kinked", 1e-13)])
 def test_quadrature_expectations_agree(act, tol):
@@ -112,6 +115,7 @@ def test_quadrature_expectations_agree(act, tol):
     assert finite >= 0.75 * len(names) * 13
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act", ["tanh", "kinked"])
 def test_two_point_expectations_agree(act):
     """The interpreted two-point expectations (numpy: all inner integrals of an outer level at once)
