@@ -102,7 +102,7 @@ def test_phase_diagram_writes_png_csv_json(tmp_path):
     assert summary["files"]["figure"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # --json prints the data too, the same numbers as the JSON file
     assert summary["chi_J"] == json.loads(out.with_suffix(".json").read_text())["chi_J"]
-    rows = list(csv.DictReader(open(out.with_suffix(".csv"))))
+    rows = list(csv.DictReader(out.with_suffix(".csv").read_text().splitlines()))
     assert len(rows) == 9 * 5
     # ReLU: chi_J* = sigma_w^2 / 2 everywhere a fixed point exists (PJ eq. 99)
     for r in rows:

@@ -118,10 +118,10 @@ def test_saved_files_and_their_metadata(relu, tmp_path, ext):
     else:
         from PIL import Image
 
-        im = Image.open(path)
-        assert im.info["dpi"] == pytest.approx((300, 300), abs=0.01)
-        assert im.size == (1500, 1200)                   # 5 x 4 inches at 300 dpi
-        assert im.info["Title"] == "Phase diagram: ReLU" and im.info["Software"].startswith("meanfield")
+        with Image.open(path) as im:  # closed here: an open file is a ResourceWarning in a later test
+            assert im.info["dpi"] == pytest.approx((300, 300), abs=0.01)
+            assert im.size == (1500, 1200)                   # 5 x 4 inches at 300 dpi
+            assert im.info["Title"] == "Phase diagram: ReLU" and im.info["Software"].startswith("meanfield")
     with pytest.raises(ValueError, match="pdf"):
         plot_phase_diagram(relu, path=tmp_path / "relu.jpeg")
 

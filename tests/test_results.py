@@ -105,7 +105,7 @@ def test_reprs_are_short_and_say_what_was_computed(results):
 
 def test_csv_export_of_a_phase_diagram(results, tmp_path):
     pd = results["phase_diagram"]
-    rows = list(csv.DictReader(open(pd.save(tmp_path / "pd.csv"))))
+    rows = list(csv.DictReader(pd.save(tmp_path / "pd.csv").read_text().splitlines()))
     assert len(rows) == pd.phase.size
     assert set(rows[0]) == {"sigma_w", "sigma_b", "K_star", "chi_J", "chi_K", "xi", "phase"}
     for r in rows:
