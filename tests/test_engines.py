@@ -179,6 +179,15 @@ def test_brentq_is_scipys():
         brentq(lambda x: x * x + 1, -1, 1)
 
 
+def _fresh_process(code, cache):
+    """Run ``code`` in a new Python process with an empty cache and the default engine choice."""
+    env = dict(os.environ, MEANFIELD_CACHE_DIR=str(cache))
+    env.pop("MEANFIELD_ENGINE", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
 def test_small_first_call_does_not_import_numba(tmp_path):
     """A fresh process answers a small request without numba (and without scipy.optimize)."""
     code = ("import sys, meanfield as mf\n"
@@ -186,10 +195,7 @@ def test_small_first_call_does_not_import_numba(tmp_path):
             "c = mf.critical_point(activation='erf')\n"
             "print('numba' in sys.modules, 'scipy.optimize' in sys.modules, repr(float(r.K[-1])), "
             "repr(c[0].sigma_w))\n")
-    env = dict(os.environ, MEANFIELD_CACHE_DIR=str(tmp_path))
-    env.pop("MEANFIELD_ENGINE", None)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
+    out = _fresh_process(code, tmp_path)
     numba_loaded, scipy_loaded, K50, sw = out.stdout.split()
     assert numba_loaded == "False" and scipy_loaded == "False"
     ref = mf.kernel_profile(activation="erf", sigma_w=1.2, sigma_b=0.1, depth=50).K[-1]
@@ -204,10 +210,7 @@ def test_first_quadrature_critical_point_does_not_compile(tmp_path):
     code = ("import sys, meanfield as mf\n"
             "c = mf.critical_point(activation='tanh')\n"
             "print('numba' in sys.modules, repr(c[0].sigma_w), repr(c[0].K_star))\n")
-    env = dict(os.environ, MEANFIELD_CACHE_DIR=str(tmp_path))
-    env.pop("MEANFIELD_ENGINE", None)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
+    out = _fresh_process(code, tmp_path)
     numba_loaded, sw, K = out.stdout.split()
     assert numba_loaded == "False"
     # tanh'(0) = 1: chi_J = sigma_w^2 at K* = 0, so sigma_w = 1 (independent of the code)
@@ -220,9 +223,6 @@ def test_cli_theory_command_imports_neither_torch_nor_numba(tmp_path):
             "from meanfield import cli\n"
             "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
             "print('torch' in sys.modules, 'numba' in sys.modules)\n")
-    env = dict(os.environ, MEANFIELD_CACHE_DIR=str(tmp_path))
-    env.pop("MEANFIELD_ENGINE", None)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
+    out = _fresh_process(code, tmp_path)
     assert "sigma_w = 0.8862269255" in out.stdout  # sqrt(pi)/2
     assert out.stdout.split()[-2:] == ["False", "False"]
