@@ -442,7 +442,9 @@ def _stable(expr):
     if not expr.has(sp.exp):
         return expr
     out = expr.replace(lambda e: isinstance(e, (sp.log, sp.Pow)), rule)
-    return sp.powsimp(out, combine="exp")
+    # deep: the exponentials to merge may sit inside a power, e.g. (x exp(-x) exp(-2 softplus(-x)) + ...)^2
+    # in SiLU's phi'^2, where inf * 0 = NaN at x = -800 otherwise
+    return sp.powsimp(out, combine="exp", deep=True)
 
 
 def _rule_digest() -> str:

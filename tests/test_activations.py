@@ -346,6 +346,21 @@ def test_fallback_one_point(name):
     np.testing.assert_allclose(direct, got[0], rtol=1e-14)
 
 
+@pytest.mark.parametrize("name", ["silu", "softplus"])
+@pytest.mark.parametrize("K0", [1e3, 1e5])
+def test_compiled_recursion_at_large_K(name, K0):
+    # the generated numba module rewrites exp/log forms so float64 does not overflow where
+    # the value is finite (numeric._stable); SiLU's phi'^2 once left exp(800) * exp(-1600)
+    # = inf * 0 inside a square and returned NaN from K ~ 1e3 on. Reference: mpmath, 30 digits.
+    act, ref = FALLBACK[name]
+    sw, sb = 1.3, 0.2
+    p = mf.kernel_profile(name, depth=2, sigma_w=sw, sigma_b=sb, K0=K0)
+    K2 = sw**2 * gauss(lambda h: ref["phi"](h) ** 2, K0) + sb**2
+    chi1 = sw**2 * gauss(lambda h: ref["d1"](h) ** 2, K0)
+    assert close(p.K[1], K2, 1e-12), (p.K[1], K2)
+    assert close(p.chi_J[0], chi1, 1e-12), (p.chi_J[0], chi1)
+
+
 def sin_exact_two_point(K1, K2, K12):
     K1, K2, K12 = mp.mpf(K1), mp.mpf(K2), mp.mpf(K12)
     e = mp.exp(-(K1 + K2) / 2)
