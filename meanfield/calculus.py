@@ -305,30 +305,6 @@ class LayerNormPre(Primitive):
 
 
 @dataclass(frozen=True)
-class LayerNormPost(Primitive):
-    """LayerNorm on activations, phi -> (phi - E phi) / sqrt(Var phi) (eq. 50)."""
-
-    axis: str = "features"
-    elementwise = True
-
-    def forward(self, s):
-        if _centres_pair(self, s):
-            return s.to(sp.Integer(1), sp.Integer(0))
-        var = s.K - s.mean**2
-        # the output is a rescaled copy of the input: Gaussian iff the input was
-        return s.to(sp.Integer(1), (s.K12 - s.mean**2) / var, gaussian=s.gaussian)
-
-    def chi(self, s):
-        # along the pair axis the shared part (second moment K12, which
-        # includes E[phi]^2) is what the mean removes
-        return 1 / (s.K - s.K12) if _centres_pair(self, s) else 1 / (s.K - s.mean**2)
-
-    def gram(self, g):
-        _features_only(self)
-        return g.normalised(g.K1 - g.m1**2, g.K2 - g.m2**2, centre=True)
-
-
-@dataclass(frozen=True)
 class BatchNorm(Primitive):
     """BatchNorm of preactivations per neuron over the batch, |B| -> infinity.
 
@@ -421,6 +397,16 @@ class LayerNorm(Primitive):
     def gram(self, g):
         _features_only(self)
         return g.normalised(g.K1 - g.m1**2, g.K2 - g.m2**2, centre=True)
+
+
+@dataclass(frozen=True)
+class LayerNormPost(LayerNorm):
+    """LayerNorm on activations, phi -> (phi - E phi) / sqrt(Var phi) (eq. 50).
+
+    The maths is :class:`LayerNorm`'s (the state's mean selects it); this
+    node only records the position 'post' the user asked for, which the torch
+    realisation and the architecture's repr keep.
+    """
 
 
 @dataclass(frozen=True)
