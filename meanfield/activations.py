@@ -64,6 +64,56 @@ _y = sp.Symbol("y")
 _pi = sp.pi
 
 
+class pair_det(sp.Function):
+    r"""Gram determinants of a pair, kept as one node: pair_det(K1, K2, K12) = K1 K2 - K12^2 and
+    pair_det(K1, K2, K12, c) = D = (1 + c K1)(1 + c K2) - c^2 K12^2.
+
+    The two-point closed forms of erf (c = 2) and GELU (c = 1) divide by D.
+    Expanded by sympy and summed in float64 in the printer's order, identical
+    inputs (K12^2 = K1 K2) leave a rounding of ~1e-16 c^2 K^2 in a number of
+    size 1 + 2 c K: the erf NTK's diagonal was 0.5 % off at K ~ 5e13 (2.5e-9
+    at K ~ 5e7). As one node D is printed as
+    ``(1 + c*(K1 + K2)) + c*c*(K1*K2 - K12*K12)``: the determinant part is
+    exactly 0 for identical inputs and accurate to ~1e-16 c^2 K^2 otherwise
+    (the conditioning of the inputs themselves), and the value is symmetric
+    in (K1, K2) to the last bit, as Gram matrices must be.
+    """
+
+    nargs = (3, 4)
+
+    @staticmethod
+    def _value(K1, K2, K12, c=None):
+        det = K1 * K2 - K12**2
+        return det if c is None else 1 + c * (K1 + K2) + c**2 * det
+
+    @classmethod
+    def eval(cls, *args):
+        if all(a.is_Number for a in args):
+            return cls._value(*args)
+        K1, K2, K12 = args[:3]
+        if K12**2 == K1 * K2:
+            return cls._value(K1, K2, K12, *args[3:]).subs(K12**2, K1 * K2)
+        return None
+
+    def fdiff(self, argindex=1):
+        # the partial derivative in one slot: differentiate the polynomial in placeholders, then
+        # put the arguments back (they may be expressions, not symbols)
+        slots = sp.symbols(f"_pd0:{len(self.args)}", cls=sp.Dummy)
+        d = sp.diff(self._value(*slots), slots[argindex - 1])
+        return d.xreplace(dict(zip(slots, self.args)))
+
+    def _eval_evalf(self, prec):
+        return self._value(*self.args).evalf(prec)
+
+    def _code(self, printer):
+        K1, K2, K12, *c = (printer._print(a) for a in self.args)
+        det = f"(({K1})*({K2}) - ({K12})*({K12}))"
+        return det if not c else f"((1 + ({c[0]})*(({K1}) + ({K2}))) + ({c[0]})*({c[0]})*{det})"
+
+    # every code printer sympy has (the instance printmethod of NumPyPrinter/SciPyPrinter is _numpycode)
+    _pythoncode = _numpycode = _scipycode = _mpmathcode = _lambdacode = _code
+
+
 @dataclass(frozen=True)
 class Activation:
     """An activation phi(x) given by a sympy expression in :data:`meanfield.symbols.x`.
@@ -242,14 +292,22 @@ class Erf(Activation):
     r"""phi(x) = erf(x) (partial-Jacobian paper, appendix J).
 
     E[phi^2] = (2/pi) arcsin(2K / (1 + 2K))                   (eq. 121)
+             = (2/pi) arctan(2K / sqrt(1 + 4K))               (evaluated so)
     E[phi'^2] = (4/pi) / sqrt(1 + 4K)                         (eq. 123)
     E[phi] = 0
     E[phi(u)phi(v)] = (2/pi) arcsin(2 K12 / sqrt((1 + 2K1)(1 + 2K2)))   (Williams 1997)
-    E[phi'(u)phi'(v)] = (4/pi) / sqrt((1 + 2K1)(1 + 2K2) - 4 K12^2)
+                    = (2/pi) arctan(2 K12 / sqrt(D)),
+    E[phi'(u)phi'(v)] = (4/pi) / sqrt(D),
+    D = (1 + 2K1)(1 + 2K2) - 4 K12^2 = 1 + 2 (K1 + K2) + 4 (K1 K2 - K12^2)
+
+    (the last forms are the ones evaluated, D a :class:`pair_det` node: they
+    stay exact at correlation 1 and large K).
     """
 
     def second_moment(self, K):
-        return 2 / _pi * sp.asin(2 * K / (1 + 2 * K))
+        # arcsin(a) at a = 1 - 1/(1 + 2K) has slope sqrt(K): the rounding of a cost ~1e-16 sqrt(K)
+        # relative (1e-11 at K = 1e12); the arctan form takes the exact gap sqrt(1 - a^2) instead
+        return 2 / _pi * sp.atan(2 * K / sp.sqrt(1 + 4 * K))
 
     def derivative_second_moment(self, K):
         return 4 / _pi / sp.sqrt(1 + 4 * K)
@@ -258,10 +316,10 @@ class Erf(Activation):
         return sp.Integer(0)
 
     def kernel(self, K1, K2, K12):
-        return 2 / _pi * sp.asin(2 * K12 / sp.sqrt((1 + 2 * K1) * (1 + 2 * K2)))
+        return 2 / _pi * sp.atan(2 * K12 / sp.sqrt(pair_det(K1, K2, K12, 2)))
 
     def derivative_kernel(self, K1, K2, K12):
-        return 4 / _pi / sp.sqrt((1 + 2 * K1) * (1 + 2 * K2) - 4 * K12**2)
+        return 4 / _pi / sp.sqrt(pair_det(K1, K2, K12, 2))
 
     def __repr__(self):
         return "Erf()"
@@ -273,6 +331,8 @@ class Gelu(Activation):
 
     E[phi^2] = K/4 + K/(2 pi) arcsin(K/(1+K)) + K^2 / (pi (1+K) sqrt(1+2K))   (eq. 152)
     E[phi'^2] = 1/4 + 1/(2 pi) [arcsin(K/(1+K)) + K(3+5K)/((1+K)(1+2K)^{3/2})]  (eq. 154)
+
+    (evaluated with arcsin(K/(1+K)) = arctan(K/sqrt(1+2K)), exact near K/(1+K) = 1)
     E[phi] = K / sqrt(2 pi (1 + K))                                           (eq. 172)
 
     Two-point forms, with D = (1+K1)(1+K2) - K12^2 and
@@ -283,6 +343,11 @@ class Gelu(Activation):
     E[phi'(u)phi'(v)] = 1/4 + arcsin(rho_ab)/(2 pi)
                         + K12 (1/(1+K1) + 1/(1+K2)) / (2 pi sqrt D) + K12 / (2 pi D^{3/2})
 
+    Evaluated as arcsin(rho_ab) = arctan(K12 / sqrt(D)) and
+    K1 K2 - K12^2 (1 - 1/(1+K1) - 1/(1+K2)) = det + K12^2 (1/(1+K1) + 1/(1+K2)),
+    det = K1 K2 - K12^2 and D as :class:`pair_det` nodes, so that
+    correlation 1 at large K loses nothing to rounding.
+
     Derivation: write Phi(u) = P(xi_1 <= u) with independent xi_1, xi_2 ~ N(0, 1),
     so E[u Phi(u) v Phi(v)] = E[u v 1{a > 0} 1{b > 0}] with a = u - xi_1,
     b = v - xi_2; one Gaussian integration by parts in u gives the three terms.
@@ -290,26 +355,30 @@ class Gelu(Activation):
     x phi(x) parts. Both reduce to eqs. 152 and 154 at K1 = K2 = K12 = K.
     """
 
+    @staticmethod
+    def _angle(K):
+        # arcsin(K/(1+K)) without rounding K/(1+K) near 1, where arcsin's slope is ~sqrt(K)
+        return sp.atan(K / sp.sqrt(1 + 2 * K))
+
     def second_moment(self, K):
-        return K / 4 + K / (2 * _pi) * sp.asin(K / (1 + K)) + K**2 / (_pi * (1 + K) * sp.sqrt(1 + 2 * K))
+        return K / 4 + K / (2 * _pi) * self._angle(K) + K**2 / (_pi * (1 + K) * sp.sqrt(1 + 2 * K))
 
     def derivative_second_moment(self, K):
-        return sp.Rational(1, 4) + (sp.asin(K / (1 + K))
+        return sp.Rational(1, 4) + (self._angle(K)
                                     + K * (3 + 5 * K) / ((1 + K) * (1 + 2 * K) ** sp.Rational(3, 2))) / (2 * _pi)
 
     def mean(self, K):
         return K / sp.sqrt(2 * _pi * (1 + K))
 
     def kernel(self, K1, K2, K12):
-        D = (1 + K1) * (1 + K2) - K12**2
-        rho = K12 / sp.sqrt((1 + K1) * (1 + K2))
-        return (K12 * (sp.Rational(1, 4) + sp.asin(rho) / (2 * _pi))
-                + (K1 * K2 - K12**2 * (1 - 1 / (1 + K1) - 1 / (1 + K2))) / (2 * _pi * sp.sqrt(D)))
+        D = pair_det(K1, K2, K12, 1)
+        angle = sp.atan(K12 / sp.sqrt(D))  # arcsin(rho_ab), without rounding rho_ab near 1
+        return (K12 * (sp.Rational(1, 4) + angle / (2 * _pi))
+                + (pair_det(K1, K2, K12) + K12**2 * (1 / (1 + K1) + 1 / (1 + K2))) / (2 * _pi * sp.sqrt(D)))
 
     def derivative_kernel(self, K1, K2, K12):
-        D = (1 + K1) * (1 + K2) - K12**2
-        rho = K12 / sp.sqrt((1 + K1) * (1 + K2))
-        return (sp.Rational(1, 4) + sp.asin(rho) / (2 * _pi)
+        D = pair_det(K1, K2, K12, 1)
+        return (sp.Rational(1, 4) + sp.atan(K12 / sp.sqrt(D)) / (2 * _pi)
                 + K12 * (1 / (1 + K1) + 1 / (1 + K2)) / (2 * _pi * sp.sqrt(D))
                 + K12 / (2 * _pi * D ** sp.Rational(3, 2)))
 

@@ -469,6 +469,11 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
 
     def pin(M, Ma):
         M[rows, cols] = Ma[rows]
+        if same:
+            # a map symmetric in (K1, K2) can still round differently when they are swapped (a product
+            # of three factors is not associative in float64): keep the upper triangle's value for both
+            lower = np.tril_indices(M.shape[0], -1)
+            M[lower] = M.T[lower]
         return M
 
     C, T = pin(C, Ka), pin(np.array(T), Ta)

@@ -187,11 +187,12 @@ def test_finite_near_correlation_one_and_deep_chaos(name, sw, sb, depth):
 
 
 def test_precision_loss_is_refused():
-    # GELU's two-point form divides by (1+K1)(1+K2) - K12^2: at K ~ 1e26 and parallel inputs float64 cannot
-    # carry it; the result is a ValueError, never a NaN or a matrix that breaks Cauchy-Schwarz
+    # GELU's two-point form divides by (1+K1)(1+K2) - K12^2, whose determinant part K1 K2 - K12^2
+    # overflows float64 once K ~ 1e154 (depth 250 here; depth 40, K ~ 1e26, is answered to 1e-15:
+    # tests/test_gram_large_K.py): the result is a ValueError, never a NaN or a wrong matrix
     x = np.array([[1.0, 0.0], [2.0, 1e-15]])
     with pytest.raises(ValueError, match="precision|finite"):
-        kernels("gelu", x, depth=40, sigma_w=3.0, sigma_b=0.5)
+        kernels("gelu", x, depth=250, sigma_w=3.0, sigma_b=0.5)
 
 
 def test_identical_inputs_stay_correlated_in_chaos():

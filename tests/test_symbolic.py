@@ -493,7 +493,7 @@ def test_latex_erf():
     lines = _render(tex)
     assert len(lines) == 2
     assert lines[0].startswith(r"\mathcal{K}^{l+1} &= ") and lines[1].startswith(r"\chi_{\mathcal{J}}^{l} &= ")
-    for piece in (r"\sigma_{w}^{2}", r"\sigma_{b}^{2}", r"\operatorname{asin}", r"\mathcal{K}^{l}", r"\pi", r"\sqrt"):
+    for piece in (r"\sigma_{w}^{2}", r"\sigma_{b}^{2}", r"\operatorname{atan}", r"\mathcal{K}^{l}", r"\pi", r"\sqrt"):
         assert piece in tex
     assert "K " not in tex and "sigma_w" not in tex
 
