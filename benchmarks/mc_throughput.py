@@ -102,19 +102,20 @@ def components(I, P, N, n=5):
         return torch.erf(y)
 
     _, elem = _best(epilogue, n)
-    from meanfield.torch._fused import affine_
+    from meanfield.torch._fused import affine_, erf32
 
     yn, scn, sbn, gn = (y.numpy().reshape(I, P, 1, 1, N), scale.numpy().reshape(P), sb.numpy().reshape(P),
                         g.numpy().reshape(I, N))
 
-    def fused():  # what RDense does since the fused epilogue (torch/_fused.py), then the activation
+    def fused():  # what RDense and RActivation do now (torch/_fused.py): one affine pass, then erf32
         affine_(yn, scn, sbn, gn)
-        return torch.erf(y)
+        return erf32(yn)
 
     _, elem_fused = _best(fused, n)
     _, erf = _best(lambda: torch.erf(y), n)
+    _, erf_rational = _best(lambda: erf32(yn), n)
     return dict(bmm=bmm / I, normals=normals / I, elementwise=elem / I, elementwise_fused=elem_fused / I,
-                erf=erf / I)
+                erf=erf / I, erf32=erf_rational / I)
 
 
 def main(argv=None):
@@ -147,12 +148,12 @@ def main(argv=None):
     times, cpus, times_t, cpus_t = [], [], [], []
     for _ in range(a.repeat):
         for fused, tl, cl in ((True, times, cpus), (False, times_t, cpus_t)):
-            networks.FUSED_EPILOGUE = fused
+            networks.FUSED_EPILOGUE = networks.FAST_ERF = fused
             t0, c0 = time.perf_counter(), time.process_time()
             run()
             tl.append(time.perf_counter() - t0)
             cl.append(time.process_time() - c0)
-    networks.FUSED_EPILOGUE = True
+    networks.FUSED_EPILOGUE = networks.FAST_ERF = True
     mm1, bmm1 = peak(n_init, P, width)
     comp = components(n_init, P, width)
     load1 = os.getloadavg()[0]
@@ -185,7 +186,7 @@ def main(argv=None):
           f"of {pk:.1f} (wall), {100 * flops / c / 1e9 / pk_cpu:.0f} % of {pk_cpu:.1f} (CPU); "
           f"load average {load0:.2f} -> {load1:.2f}")
     ct = min(cpus_t)
-    print(f"  the same pass with torch's epilogue (interleaved): {min(times_t):.2f} s (CPU {ct:.2f} s) = "
+    print(f"  the same pass with torch's epilogue (mul_, add, torch.erf; interleaved): {min(times_t):.2f} s (CPU {ct:.2f} s) = "
           f"{100 * flops / ct / 1e9 / pk_cpu:.0f} % of the CPU peak")
     print(f"per layer and initialisation (CPU): " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in comp.items())
           + f" -> bound {100 * bound:.0f} % of the CPU peak (bmm + normals + fused epilogue; "

@@ -40,6 +40,7 @@ def test_monte_carlo_is_unchanged_by_the_fusion(name, kw, monkeypatch):
     batch = kw.pop("batch")
     arch = mf.Architecture(name, **kw)
     runs = {}
+    monkeypatch.setattr(networks, "FAST_ERF", False)  # torch.erf in both (erf32 has its own test below)
     for fused in (False, True):
         monkeypatch.setattr(networks, "FUSED_EPILOGUE", fused)
         runs[fused] = monte_carlo(arch, 1.4, 0.3, depth=5, width=24, n_init=3, batch=batch, seed=2,
@@ -47,3 +48,44 @@ def test_monte_carlo_is_unchanged_by_the_fusion(name, kw, monkeypatch):
     assert calls, "the fused kernel never ran"
     for k in ("K", "K12", "chi_J", "J"):
         np.testing.assert_array_equal(runs[True].samples[k], runs[False].samples[k])
+
+
+def test_erf32_is_within_0p54_ulp_of_erf():
+    """Against scipy's float64 erf (an independent implementation) on 2.4 M float32 points, +-inf and NaN."""
+    from scipy.special import erf
+
+    x = np.concatenate([np.linspace(-6, 6, 2_000_001), np.logspace(-38, 1, 200_000),
+                        -np.logspace(-38, 1, 200_000)]).astype(np.float32)
+    ref = erf(x.astype(np.float64))
+    got = _fused.erf32(x)
+    ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(got - ref) / ulp) < 0.54
+    for kernel in (_fused._erf, _fused._erf_serial):  # threaded and one-thread kernels: the same numbers
+        out = np.empty_like(x[:5000])
+        kernel(x[:5000], out)
+        np.testing.assert_array_equal(out, got[:5000])
+    special = _fused.erf32(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], np.float32))
+    assert np.isnan(special[0]) and list(special[1:]) == [1.0, -1.0, 0.0, 0.0]
+    assert np.signbit(special[4])
+
+
+def test_float32_erf_network_uses_it_and_agrees_with_torch_erf(monkeypatch):
+    """A float32 erf pass with erf32 against the same pass with torch.erf: the same up to float32 rounding.
+
+    (phase_diagram: its layers without a probe carry the primal slot alone, where erf32 is used.)
+    """
+    from meanfield.verification import phase_diagram
+
+    calls = []
+    real = _fused.erf32
+    monkeypatch.setattr(_fused, "erf32", lambda x: calls.append(1) or real(x))
+    runs = {}
+    for fast in (False, True):
+        monkeypatch.setattr(networks, "FAST_ERF", fast)
+        runs[fast] = phase_diagram("erf", [1.0, 2.5], [0.0, 0.5], depth=8, width=64, n_init=4, seed=1,
+                                   dtype=torch.float32)
+    assert calls
+    for k in ("K", "chi_J"):
+        a, b = getattr(runs[True], k), getattr(runs[False], k)
+        assert not np.array_equal(a, b)  # the two erfs differ in the last bit somewhere
+        np.testing.assert_allclose(a, b, rtol=2e-5)

@@ -62,6 +62,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import symbols as S
+from ..activations import Erf
 # the one table of torch activations (also re-exported here for older imports)
 from .activations import torch_activation
 from ..calculus import (ActivationLayer, Architecture, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost,
@@ -86,6 +87,9 @@ _PARAM_SYMBOLS = (S.sigma_w, S.sigma_b, S.mu, S.eps)
 #: Dense layers on the CPU apply scale and bias in one numba pass (torch/_fused.py; the same numbers as
 #: torch's three passes, bit for bit); False restores the torch operations (benchmarks compare both)
 FUSED_EPILOGUE = True
+#: float32 erf networks on the CPU use torch/_fused.erf32 (within 0.54 ulp of erf, against 0.74 for torch.erf,
+#: and ~20 % less CPU time); False restores torch.erf (the numbers then differ in the last bit here and there)
+FAST_ERF = True
 #: counter-based streams from here on are probes (see montecarlo._probes); below, the weight draws of a pass
 PROBE_STREAMS = 1 << 31
 
@@ -265,6 +269,11 @@ class RActivation(RLayer):
     def forward(self, z, ctx):
         h = z[:, :, :1]
         if z.shape[2] == 1:
+            if (FAST_ERF and type(self.spec.phi) is Erf and h.dtype == torch.float32 and h.device.type == "cpu"
+                    and h.is_contiguous() and _plain(h)):
+                # float32 on the CPU: a vectorised rational erf (0.54 ulp; torch's is 0.74 ulp and ~20 % slower)
+                from ._fused import erf32
+                return torch.from_numpy(erf32(h.numpy()))
             return self.phi(h)
         out = torch.empty_like(z)
         out[:, :, :1] = self.phi(h)
