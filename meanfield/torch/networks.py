@@ -239,6 +239,7 @@ class RDense(RLayer):
         sb = ctx.value(self.spec.sigma_b)
         if (FUSED_EPILOGUE and self.axis == "features" and y.device.type == "cpu" and y.shape[1] == scale.shape[1]
                 and y.is_contiguous() and g.is_contiguous() and y.dtype in (torch.float32, torch.float64)
+                and y.dtype == g.dtype == scale.dtype == sb.dtype
                 and _plain(y) and _plain(g) and _plain(scale) and _plain(sb)):
             # one pass instead of three, bit for bit the same numbers (torch/_fused.py)
             from ._fused import affine_
