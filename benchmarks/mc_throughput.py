@@ -186,8 +186,8 @@ def main(argv=None):
           f"of {pk:.1f} (wall), {100 * flops / c / 1e9 / pk_cpu:.0f} % of {pk_cpu:.1f} (CPU); "
           f"load average {load0:.2f} -> {load1:.2f}")
     ct = min(cpus_t)
-    print(f"  the same pass with torch's epilogue (mul_, add, torch.erf; interleaved): {min(times_t):.2f} s (CPU {ct:.2f} s) = "
-          f"{100 * flops / ct / 1e9 / pk_cpu:.0f} % of the CPU peak")
+    print(f"  the same pass with torch's epilogue (mul_, add, torch.erf; interleaved): {min(times_t):.2f} s "
+          f"(CPU {ct:.2f} s) = {100 * flops / ct / 1e9 / pk_cpu:.0f} % of the CPU peak")
     print(f"per layer and initialisation (CPU): " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in comp.items())
           + f" -> bound {100 * bound:.0f} % of the CPU peak (bmm + normals + fused epilogue; "
           f"{100 * bound_torch:.0f} % with torch's); torch threads {torch.get_num_threads()}, "
