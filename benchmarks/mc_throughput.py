@@ -102,7 +102,20 @@ def components(I, P, N, n=5):
         return torch.erf(y)
 
     _, elem = _best(epilogue, n)
-    return dict(bmm=bmm / I, normals=normals / I, elementwise=elem / I)
+    from meanfield.torch._fused import affine_, erf32
+
+    yn, scn, sbn, gn = (y.numpy().reshape(I, P, 1, 1, N), scale.numpy().reshape(P), sb.numpy().reshape(P),
+                        g.numpy().reshape(I, N))
+
+    def fused():  # what RDense and RActivation do now (torch/_fused.py): one affine pass, then erf32
+        affine_(yn, scn, sbn, gn)
+        return erf32(yn)
+
+    _, elem_fused = _best(fused, n)
+    _, erf = _best(lambda: torch.erf(y), n)
+    _, erf_rational = _best(lambda: erf32(yn), n)
+    return dict(bmm=bmm / I, normals=normals / I, elementwise=elem / I, elementwise_fused=elem_fused / I,
+                erf=erf / I, erf32=erf_rational / I)
 
 
 def main(argv=None):
@@ -129,12 +142,18 @@ def main(argv=None):
                   input_dim=N0)  # warm-up (allocator, threads, compiled kernels)
     load0 = os.getloadavg()[0]
     mm0, bmm0 = peak(n_init, P, width)
-    times, cpus = [], []
+    from meanfield.torch import networks
+
+    # interleaved: the pass with the fused Dense epilogue (the default) and with torch's three operations
+    times, cpus, times_t, cpus_t = [], [], [], []
     for _ in range(a.repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        run()
-        times.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
+        for fused, tl, cl in ((True, times, cpus), (False, times_t, cpus_t)):
+            networks.FUSED_EPILOGUE = networks.FAST_ERF = fused
+            t0, c0 = time.perf_counter(), time.process_time()
+            run()
+            tl.append(time.perf_counter() - t0)
+            cl.append(time.process_time() - c0)
+    networks.FUSED_EPILOGUE = networks.FAST_ERF = True
     mm1, bmm1 = peak(n_init, P, width)
     comp = components(n_init, P, width)
     load1 = os.getloadavg()[0]
@@ -145,7 +164,9 @@ def main(argv=None):
     t, c = min(times), min(cpus)
     # the bound on the most-common layer (S = 1): useful flops at the CPU peak over the parts' CPU time
     per_layer = 2 * P * width * width
-    bound = per_layer / pk_cpu / 1e9 / sum(comp.values())
+    parts = (comp["bmm"], comp["normals"], comp["elementwise_fused"])
+    bound = per_layer / pk_cpu / 1e9 / sum(parts)
+    bound_torch = per_layer / pk_cpu / 1e9 / (comp["bmm"] + comp["normals"] + comp["elementwise"])
     res = dict(workload=dict(grid=grid, depth=depth, width=width, n_init=n_init, input_dim=N0, dtype="float32"),
                gflop=flops / 1e9, seconds=times, cpu_seconds=cpus, gflops=flops / t / 1e9,
                gflops_per_cpu_s=flops / c / 1e9,
@@ -153,7 +174,10 @@ def main(argv=None):
                fraction_of_peak=flops / t / 1e9 / pk, fraction_of_peak_cpu=flops / c / 1e9 / pk_cpu,
                load_average_1min=[load0, load1], torch_threads=torch.get_num_threads(),
                omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "(unset: libgomp spins)"),
-               components_cpu_s_per_layer_init=comp, bound_fraction_of_peak_cpu=bound)
+               components_cpu_s_per_layer_init=comp, bound_fraction_of_peak_cpu=bound,
+               torch_epilogue=dict(seconds=times_t, cpu_seconds=cpus_t,
+                                   fraction_of_peak_cpu=flops / min(cpus_t) / 1e9 / pk_cpu,
+                                   bound_fraction_of_peak_cpu=bound_torch))
     print(f"{'small' if a.small else 'Fig. 2 at 10%'}: {flops / 1e9:.3g} GFLOP in {t:.2f} s (best of {a.repeat}; "
           f"all {', '.join(f'{x:.2f}' for x in times)} s; CPU {c:.2f} s) = {flops / t / 1e9:.3g} GFLOP/s "
           f"({flops / c / 1e9:.1f} per CPU-s)")
@@ -161,10 +185,12 @@ def main(argv=None):
           f"{bmm0[0]:.1f}/{bmm0[1]:.1f} then {bmm1[0]:.1f}/{bmm1[1]:.1f} GFLOP/s -> {100 * flops / t / 1e9 / pk:.0f} % "
           f"of {pk:.1f} (wall), {100 * flops / c / 1e9 / pk_cpu:.0f} % of {pk_cpu:.1f} (CPU); "
           f"load average {load0:.2f} -> {load1:.2f}")
-    tot = sum(comp.values())
-    print(f"per layer and initialisation (CPU): " + ", ".join(f"{k} {v * 1e3:.3f} ms ({100 * v / tot:.0f} %)"
-                                                           for k, v in comp.items())
-          + f" -> bound {100 * bound:.0f} % of the CPU peak; torch threads {torch.get_num_threads()}, "
+    ct = min(cpus_t)
+    print(f"  the same pass with torch's epilogue (mul_, add, torch.erf; interleaved): {min(times_t):.2f} s "
+          f"(CPU {ct:.2f} s) = {100 * flops / ct / 1e9 / pk_cpu:.0f} % of the CPU peak")
+    print(f"per layer and initialisation (CPU): " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in comp.items())
+          + f" -> bound {100 * bound:.0f} % of the CPU peak (bmm + normals + fused epilogue; "
+          f"{100 * bound_torch:.0f} % with torch's); torch threads {torch.get_num_threads()}, "
           f"OMP_WAIT_POLICY={res['omp_wait_policy']}")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))

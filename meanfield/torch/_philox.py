@@ -36,19 +36,26 @@ Resolution: the abscissa has 24 bits per strip (x is a multiple of
 ``w[iz] ~ 2e-7 |x_iz| / 3.4``), computed in float64 and stored in the output
 dtype; a float32 run sees the float64 run's numbers rounded to float32.
 
-Speed (this CPU, one core, per 250,000 numbers, float32): the Philox words
-0.16 ms, the ziggurat's fast path 0.10 ms, the scan for rejected positions
-(0.24 ms) and the ~2.7 % slow-path draws (0.31 ms: extra Philox words, an
-``exp`` per wedge test, branches): ~280 M normals per CPU-second, about
-torch's own ``randn``. (Listing the rejected positions without a branch and
-computing each extra counter once instead of once per word gave the same
-numbers and no measurable gain.) With a (sigma_w, sigma_b) grid of P points
-and one input, a layer does 2 P N^2 flops per N^2 normals, so for P = 400
-the generator is ~23 % of a pass's CPU time (benchmarks/mc_throughput.py
-prints the split). torch's OpenMP workers spin-wait between parallel
-regions: on a machine whose cores are shared, set ``OMP_WAIT_POLICY=PASSIVE``
-before torch is imported (it halved the CPU time of the Fig. 2 workload with
-2 torch threads here).
+Speed (this CPU, one core, per 250,000 numbers, float32; ``benchmarks/normals_parts.py``):
+the Philox words 0.15 ms, the ziggurat's fast path 0.10 ms, a scan that only
+counts the 2.75 % rejected positions 0.09 ms, and the kernel as a whole
+0.80-0.85 ms (~300 M normals per CPU-second; torch's own ``randn`` is about
+250 M/s): the branch to the slow path and the slow path itself (an extra
+Philox counter, an ``exp`` per wedge test) cost ~0.5 ms. The table lookups
+(``w[iz]``, ``k[iz]``) keep the loops scalar: LLVM does not use AVX2 gathers
+on this CPU (znver3), and forcing them (a Skylake target) was slower. Tried
+with the same numbers and no gain (0.82-1.15 ms): listing the rejected
+positions branch-free, byte flags scanned 8 at a time, the block's first 32
+extra counters computed in one vectorised loop, an int32 ``k`` table,
+counting the rejections per 8 positions before branching. A vectorised
+float32 Box-Muller (polynomial log, sin, cos; a prototype in the benchmark,
+not this module's stream) takes ~0.5 ms for the same words. With a
+(sigma_w, sigma_b) grid of P points and one input, a layer does 2 P N^2
+flops per N^2 normals, so for P = 400 the generator is ~25 % of a pass's CPU
+time (benchmarks/mc_throughput.py prints the split). torch's OpenMP workers
+spin-wait between parallel regions: on a machine whose cores are shared, set
+``OMP_WAIT_POLICY=PASSIVE`` before torch is imported (it halved the CPU time
+of the Fig. 2 workload with 2 torch threads here).
 
 Checked in ``tests/test_philox.py``: Random123's known-answer vectors for
 Philox4x32-10, a pure-Python reference of the block definition above, the
