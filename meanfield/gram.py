@@ -105,10 +105,11 @@ nothing is NaN at or near correlation 1; the arc-cosine form loses accuracy
 there in theory (an error ~ 1e-16 / sin(theta) in theta), but the arc-cosine
 kernel is flat in theta at theta = 0, so the results agree with 40-digit
 mpmath to 1e-15 even at 1 - rho = 1e-12 (tests/test_gram.py). Two-point forms
-that divide by a Gram determinant (GELU: (1 + K1)(1 + K2) - K12^2) cancel
-catastrophically for near-parallel inputs once the kernel exceeds ~1e8
-(eps K^2 > 1 + K1 + K2); such a result breaks Cauchy-Schwarz and is refused
-(ValueError) rather than returned. A non-finite result (a kernel beyond
+that divide by a Gram determinant (erf, GELU: (1 + c K1)(1 + c K2) - c^2 K12^2)
+evaluate it as one node (``activations.pair_det``) that is exact for
+identical inputs, and arcsin as an arctangent of the exact gap, so large K
+loses nothing at correlation 1 (docs/gram.md, Numerics). A result that breaks
+Cauchy-Schwarz is refused (ValueError) rather than returned. A non-finite result (a kernel beyond
 float64, a zero signal normalised) is a ValueError too. Identical inputs
 (the diagonal, repeated rows) are pinned to the diagonal map at every layer
 (with BatchNorm, to the diagonal entry of the batch's matrix):
