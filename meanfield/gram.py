@@ -509,9 +509,8 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     if bad:
         raise ValueError(f"the {bad[0]} kernel is not finite at depth {depth} for sigma_w={sw:g}, "
                          f"sigma_b={sb:g} (beyond float64, or a normalisation of a zero signal)")
-    # a two-point form that divides by a Gram determinant (GELU's (1+K1)(1+K2) - K12^2) loses float64
-    # precision for near-parallel inputs once K^2 eps exceeds 1 + K1 + K2 (K >~ 1e8): refuse rather than
-    # return numbers that break Cauchy-Schwarz
+    # a last guard: whatever lost float64 precision (a user activation's two-point form, say) and broke
+    # Cauchy-Schwarz is refused rather than returned
     with np.errstate(all="ignore"):
         for name, M, da_, db_ in (("nngp", C, Ka, Kb), ("ntk", T, Ta, Tb)) if want_ntk else (("nngp", C, Ka, Kb),):
             if np.any(np.abs(M) > np.sqrt(da_)[:, None] * np.sqrt(db_)[None, :] * (1 + 1e-8)):
