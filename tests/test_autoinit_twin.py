@@ -42,6 +42,15 @@ def _model(norm, seed=3, act=nn.Tanh):
     return model, blocks
 
 
+def _conv_model(norm, seed=4):
+    """Conv2d (zero padding, stride 2, a rectangular padding, no bias) + [BatchNorm2d] + ReLU/Tanh, then Linear."""
+    torch.manual_seed(seed)
+    layers = [nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4) if norm == "bn" else nn.Identity(), nn.ReLU(),
+              nn.Conv2d(4, 5, 3, stride=2, padding=1), nn.Tanh(), nn.Conv2d(5, 6, 3, padding=(1, 0), bias=False),
+              nn.ReLU(), nn.Flatten(), nn.Linear(6 * 4 * 2, 7)]
+    return nn.Sequential(*layers).double(), ["0", "3", "5", "8"]
+
+
 def _x():
     return torch.randn(7, 6, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
 
@@ -77,10 +86,12 @@ def test_samples_are_the_blocks_jacobians_on_the_probes(norm, act):
             torch.testing.assert_close(Js[l].detach(), ref, rtol=1e-12, atol=0)
 
 
-def _grad_and_fd(norm, loss, lam, fix=True, act=nn.Tanh):
+def _grad_and_fd(norm, loss, lam, fix=True, act=nn.Tanh, conv=False):
     """Autograd gradient of the loss to the scales, and its central finite difference (probes fixed)."""
-    model, blocks = _model(norm, act=act)
+    model, blocks = _conv_model(norm) if conv else _model(norm, act=act)
     x, R = _x(), 2
+    if conv:
+        x = torch.randn(5, 3, 8, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     names = [n for n, _ in model.named_parameters()]
     a0 = torch.linspace(0.8, 1.2, len(names), dtype=torch.float64)
     with _measuring(model):
@@ -113,6 +124,13 @@ def _grad_and_fd(norm, loss, lam, fix=True, act=nn.Tanh):
     (None, "jll", 0.0, nn.ReLU), (None, "jkl", 0.5, nn.ReLU), ("bn", "jkl", 0.5, nn.ReLU), ("ln", "jkl", 0.5, nn.ReLU)])
 def test_scale_gradients_match_finite_differences(norm, loss, lam, act):
     grad, fd = _grad_and_fd(norm, loss, lam, act=act)
+    torch.testing.assert_close(grad, fd, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("norm", [None, "bn"])
+def test_conv_scale_gradients_match_finite_differences(norm):
+    """The twin's own convolution rule (_Conv), with ReLU and Tanh after it, BatchNorm2d, and the kernel term."""
+    grad, fd = _grad_and_fd(norm, "jkl", 0.5, conv=True)
     torch.testing.assert_close(grad, fd, rtol=1e-6, atol=1e-9)
 
 

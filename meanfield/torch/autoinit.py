@@ -49,7 +49,13 @@ Estimator
     (``torch.func.vmap`` over ``torch.func.jvp``), so the primal forward pass
     is computed once per step whatever the number of probes, with BatchNorm
     too (the probes share the batch, whose statistics they do not change).
-    The loss is differentiated through the tangents by reverse mode. During
+    The loss is differentiated through the tangents by reverse mode. In that
+    pass ``nn.Linear`` and ``nn.ReLU`` layers use the twin's own tangent rules
+    (the parameters carry no tangent, and ReLU's mask has zero derivative), so
+    no product with a zero weight tangent is computed and, in a ReLU network
+    under JLL or JSL, no reverse pass runs through the primal: a step of the
+    AutoInit paper's Fig. 1 network costs about 6 forward passes with 2
+    probes (benchmarks/README.md). During
     the run (and every measurement) BatchNorm layers normalise with batch
     statistics and leave their running statistics alone, and dropout is off.
 
@@ -438,6 +444,44 @@ class _Linear(torch.autograd.Function):
         return gx, gw, gb
 
 
+class _Conv(torch.autograd.Function):
+    """``torch.convolution`` (no transposition) whose tangent is the convolution of ``dx`` with ``w``, as :class:`_Linear`.
+
+    ``conf`` = (stride, padding, dilation, groups), numeric padding only.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, w, b, conf):
+        stride, padding, dilation, groups = conf
+        return torch.convolution(x, w, b, stride, padding, dilation, False, [0] * len(stride), groups)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, w, b, conf = inputs
+        ctx.save_for_backward(x, w)  # the same tensors for both modes (see _Linear)
+        ctx.save_for_forward(x, w)
+        ctx.bias_sizes = None if b is None else list(b.shape)
+        ctx.conf = conf
+
+    @staticmethod
+    def jvp(ctx, dx, dw, db, dconf):
+        _, w = ctx.saved_tensors
+        stride, padding, dilation, groups = ctx.conf
+        return torch.convolution(dx, w, None, stride, padding, dilation, False, [0] * len(stride), groups)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        stride, padding, dilation, groups = ctx.conf
+        need = [ctx.needs_input_grad[0], ctx.needs_input_grad[1],
+                ctx.bias_sizes is not None and ctx.needs_input_grad[2]]
+        gx, gw, gb = torch.ops.aten.convolution_backward(g, x, w, ctx.bias_sizes, stride, padding, dilation, False,
+                                                         [0] * len(stride), groups, need)
+        return (gx if need[0] else None), (gw if need[1] else None), (gb if need[2] else None), None
+
+
 class _ReLU(torch.autograd.Function):
     """``relu(x)`` whose tangent is ``dx`` masked by ``relu(x) > 0``, with the mask outside the reverse graph.
 
@@ -472,9 +516,10 @@ class _ReLU(torch.autograd.Function):
 
 @contextmanager
 def _tangent_rules(model):
-    """Within the twin's jvp pass: ``nn.Linear`` and ``nn.ReLU`` layers run :class:`_Linear` / :class:`_ReLU`.
+    """Within the twin's jvp pass: ``nn.Linear``, ``nn.Conv{1,2,3}d`` and ``nn.ReLU`` run the functions above.
 
-    Only modules of exactly these types (a subclass may override ``forward``)
+    :class:`_Linear`, :class:`_Conv` (zero padding given as numbers) and
+    :class:`_ReLU`; only modules of exactly these types (a subclass may override ``forward``)
     and without a ``forward`` of their own already set on the instance; the
     instance attribute is removed on exit. Every other layer keeps torch's
     rules.
@@ -486,6 +531,10 @@ def _tangent_rules(model):
                 continue
             if type(m) is nn.Linear:
                 m.forward = lambda inp, m=m: _Linear.apply(inp, m.weight, m.bias)
+            elif type(m) in (nn.Conv1d, nn.Conv2d, nn.Conv3d) and m.padding_mode == "zeros" \
+                    and not isinstance(m.padding, str):
+                conf = (list(m.stride), list(m.padding), list(m.dilation), m.groups)
+                m.forward = lambda inp, m=m, conf=conf: _Conv.apply(inp, m.weight, m.bias, conf)
             elif type(m) is nn.ReLU:
                 m.forward = _ReLU.apply
             else:
