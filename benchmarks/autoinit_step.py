@@ -98,7 +98,8 @@ med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
 def line(name, S):
     ts, cs = [s[0] for s in S], [s[1] for s in S]
     tf, cf = [f[0] for f in F], [f[1] for f in F]
-    return (f"{name}: forward {min(tf)*1e3:.1f} ms (cpu {min(cf)*1e3:.1f}), step {min(ts)*1e3:.1f} ms (cpu {min(cs)*1e3:.1f})"
+    return (f"{name}: forward {min(tf)*1e3:.1f} ms (cpu {min(cf)*1e3:.1f}), "
+            f"step {min(ts)*1e3:.1f} ms (cpu {min(cs)*1e3:.1f})"
             f" -> {min(ts)/min(tf):.1f} forward equivalents (wall), {min(cs)/min(cf):.1f} (cpu); medians "
             f"{med(ts)/med(tf):.1f} (wall), {med(cs)/med(cf):.1f} (cpu)")
 

@@ -445,9 +445,9 @@ class _Linear(torch.autograd.Function):
 
 
 class _Conv(torch.autograd.Function):
-    """``torch.convolution`` (no transposition) whose tangent is the convolution of ``dx`` with ``w``, as :class:`_Linear`.
+    """``torch.convolution`` (not transposed) whose tangent is the convolution of ``dx`` with ``w``.
 
-    ``conf`` = (stride, padding, dilation, groups), numeric padding only.
+    As :class:`_Linear`. ``conf`` = (stride, padding, dilation, groups), numeric padding only.
     """
 
     generate_vmap_rule = True
