@@ -17,7 +17,7 @@ from meanfield.torch.autoinit import _Twin, _generator, _loss, _measuring  # noq
 pytestmark = pytest.mark.torch
 
 
-def _model(norm, seed=3):
+def _model(norm, seed=3, act=nn.Tanh):
     g = torch.Generator().manual_seed(seed)
     layers, d = [], 6
     for i in range(4):
@@ -35,21 +35,32 @@ def _model(norm, seed=3):
                     ln.weight.uniform_(0.7, 1.3, generator=g)
                     ln.bias.uniform_(-0.2, 0.2, generator=g)
                 layers.append(ln)
-            layers.append(nn.Tanh())
+            layers.append(act())
         d = 10
     model = nn.Sequential(*layers)
     blocks = [str(i) for i, m in enumerate(layers) if isinstance(m, nn.Linear)]
     return model, blocks
 
 
+def _conv_model(norm, seed=4):
+    """Conv2d (zero padding, stride 2, a rectangular padding, no bias) + [BatchNorm2d] + ReLU/Tanh, then Linear."""
+    torch.manual_seed(seed)
+    layers = [nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4) if norm == "bn" else nn.Identity(), nn.ReLU(),
+              nn.Conv2d(4, 5, 3, stride=2, padding=1), nn.Tanh(), nn.Conv2d(5, 6, 3, padding=(1, 0), bias=False),
+              nn.ReLU(), nn.Flatten(), nn.Linear(6 * 4 * 2, 7)]
+    return nn.Sequential(*layers).double(), ["0", "3", "5", "8"]
+
+
 def _x():
     return torch.randn(7, 6, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
 
 
-@pytest.mark.parametrize("norm", [None, "bn", "ln"])
-def test_samples_are_the_blocks_jacobians_on_the_probes(norm):
+@pytest.mark.parametrize("norm,act", [(None, nn.Tanh), ("bn", nn.Tanh), ("ln", nn.Tanh), (None, nn.ReLU),
+                                      ("bn", nn.ReLU)])
+def test_samples_are_the_blocks_jacobians_on_the_probes(norm, act):
+    """(nn.Linear and nn.ReLU run the twin's own tangent rules; the reference, torch's.)"""
     bn = norm == "bn"
-    model, blocks = _model(norm)
+    model, blocks = _model(norm, act=act)
     x, R = _x(), 3
     with _measuring(model):
         twin = _Twin(model, blocks)
@@ -75,10 +86,12 @@ def test_samples_are_the_blocks_jacobians_on_the_probes(norm):
             torch.testing.assert_close(Js[l].detach(), ref, rtol=1e-12, atol=0)
 
 
-def _grad_and_fd(norm, loss, lam, fix=True):
+def _grad_and_fd(norm, loss, lam, fix=True, act=nn.Tanh, conv=False):
     """Autograd gradient of the loss to the scales, and its central finite difference (probes fixed)."""
-    model, blocks = _model(norm)
+    model, blocks = _conv_model(norm) if conv else _model(norm, act=act)
     x, R = _x(), 2
+    if conv:
+        x = torch.randn(5, 3, 8, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     names = [n for n, _ in model.named_parameters()]
     a0 = torch.linspace(0.8, 1.2, len(names), dtype=torch.float64)
     with _measuring(model):
@@ -103,10 +116,21 @@ def _grad_and_fd(norm, loss, lam, fix=True):
     return grad, fd
 
 
-@pytest.mark.parametrize("norm,loss,lam", [(None, "jll", 0.0), (None, "jkl", 0.5), ("bn", "jsl", 0.0),
-                                           ("bn", "jkl", 0.5), ("ln", "jll", 0.0), ("ln", "jkl", 0.5)])
-def test_scale_gradients_match_finite_differences(norm, loss, lam):
-    grad, fd = _grad_and_fd(norm, loss, lam)
+@pytest.mark.parametrize("norm,loss,lam,act", [
+    (None, "jll", 0.0, nn.Tanh), (None, "jkl", 0.5, nn.Tanh), ("bn", "jsl", 0.0, nn.Tanh), ("bn", "jkl", 0.5, nn.Tanh),
+    ("ln", "jll", 0.0, nn.Tanh), ("ln", "jkl", 0.5, nn.Tanh),
+    # the twin's own ReLU and Linear tangent rules (_ReLU, _Linear), where J depends on the scales through the
+    # weights only and the kernel term through the primal pass; LayerNorm after the Linear, BatchNorm before ReLU
+    (None, "jll", 0.0, nn.ReLU), (None, "jkl", 0.5, nn.ReLU), ("bn", "jkl", 0.5, nn.ReLU), ("ln", "jkl", 0.5, nn.ReLU)])
+def test_scale_gradients_match_finite_differences(norm, loss, lam, act):
+    grad, fd = _grad_and_fd(norm, loss, lam, act=act)
+    torch.testing.assert_close(grad, fd, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("norm", [None, "bn"])
+def test_conv_scale_gradients_match_finite_differences(norm):
+    """The twin's own convolution rule (_Conv), with ReLU and Tanh after it, BatchNorm2d, and the kernel term."""
+    grad, fd = _grad_and_fd(norm, "jkl", 0.5, conv=True)
     torch.testing.assert_close(grad, fd, rtol=1e-6, atol=1e-9)
 
 

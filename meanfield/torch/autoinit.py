@@ -49,7 +49,13 @@ Estimator
     (``torch.func.vmap`` over ``torch.func.jvp``), so the primal forward pass
     is computed once per step whatever the number of probes, with BatchNorm
     too (the probes share the batch, whose statistics they do not change).
-    The loss is differentiated through the tangents by reverse mode. During
+    The loss is differentiated through the tangents by reverse mode. In that
+    pass ``nn.Linear`` and ``nn.ReLU`` layers use the twin's own tangent rules
+    (the parameters carry no tangent, and ReLU's mask has zero derivative), so
+    no product with a zero weight tangent is computed and, in a ReLU network
+    under JLL or JSL, no reverse pass runs through the primal: a step of the
+    AutoInit paper's Fig. 1 network costs about 6 forward passes with 2
+    probes (benchmarks/README.md). During
     the run (and every measurement) BatchNorm layers normalise with batch
     statistics and leave their running statistics alone, and dropout is off.
 
@@ -320,7 +326,8 @@ class _Twin:
                 hooks += [m.register_forward_hook(keep(i)) for i, m in enumerate(self.modules)]
                 hooks += [m.register_forward_hook(reprobe(i)) for i, m in enumerate(self.modules[:-1])]
                 try:
-                    functional_call(self.model, params, (x,))
+                    with _tangent_rules(self.model):
+                        functional_call(self.model, params, (x,))
                 finally:
                     for h in hooks:
                         h.remove()
@@ -390,6 +397,153 @@ class _Tangent(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return None, None, None
+
+
+class _Linear(torch.autograd.Function):
+    """``F.linear(x, w, b)`` whose forward-mode tangent is ``F.linear(dx, w)``: the parameters' tangents are ignored.
+
+    In :meth:`_Twin.jvp_pass` the parameters are closed over, never inputs of
+    the jvp, so their tangents are zero. torch's own rule for the matrix
+    product, ``mm(dx, w) + mm(x, dw)``, gets ``dw`` materialised as zeros under
+    ``torch.func.jvp`` + ``vmap`` and multiplies by them (one product per layer
+    and probe batch), reverse mode multiplies by them again, and that second
+    term ties the tangents' reverse pass to the whole primal reverse pass.
+    Here the tangent depends on ``dx`` and ``w`` only (both modes exact: the
+    derivative of ``dx w^T`` in ``w`` is the weight-gradient term of the
+    scales). Only for use where parameters carry no tangent.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, w, b):
+        return nn.functional.linear(x, w, b)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, w, b = inputs
+        # the same tensors for both modes: torch's generated vmap rule keeps one record of the saved
+        # tensors' batch dimensions, which the second call overwrites (different lists fail in backward
+        # with "flat_bdims must not be None")
+        ctx.save_for_backward(x, w)
+        ctx.save_for_forward(x, w)
+        ctx.has_bias = b is not None
+
+    @staticmethod
+    def jvp(ctx, dx, dw, db):
+        _, w = ctx.saved_tensors
+        return nn.functional.linear(dx, w)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        gx = g @ w if ctx.needs_input_grad[0] else None
+        g2 = g.reshape(-1, g.shape[-1])
+        gw = g2.T @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
+        gb = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return gx, gw, gb
+
+
+class _Conv(torch.autograd.Function):
+    """``torch.convolution`` (not transposed) whose tangent is the convolution of ``dx`` with ``w``.
+
+    As :class:`_Linear`. ``conf`` = (stride, padding, dilation, groups), numeric padding only.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, w, b, conf):
+        stride, padding, dilation, groups = conf
+        return torch.convolution(x, w, b, stride, padding, dilation, False, [0] * len(stride), groups)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, w, b, conf = inputs
+        ctx.save_for_backward(x, w)  # the same tensors for both modes (see _Linear)
+        ctx.save_for_forward(x, w)
+        ctx.bias_sizes = None if b is None else list(b.shape)
+        ctx.conf = conf
+
+    @staticmethod
+    def jvp(ctx, dx, dw, db, dconf):
+        _, w = ctx.saved_tensors
+        stride, padding, dilation, groups = ctx.conf
+        return torch.convolution(dx, w, None, stride, padding, dilation, False, [0] * len(stride), groups)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        stride, padding, dilation, groups = ctx.conf
+        need = [ctx.needs_input_grad[0], ctx.needs_input_grad[1],
+                ctx.bias_sizes is not None and ctx.needs_input_grad[2]]
+        gx, gw, gb = torch.ops.aten.convolution_backward(g, x, w, ctx.bias_sizes, stride, padding, dilation, False,
+                                                         [0] * len(stride), groups, need)
+        return (gx if need[0] else None), (gw if need[1] else None), (gb if need[2] else None), None
+
+
+class _ReLU(torch.autograd.Function):
+    """``relu(x)`` whose tangent is ``dx`` masked by ``relu(x) > 0``, with the mask outside the reverse graph.
+
+    torch's rule, ``threshold_backward(dx, out, 0)``, has a derivative in
+    ``out`` that is identically zero, but reverse mode still sends a (probe-
+    batched) zero gradient through it into the primal pass and the whole
+    primal reverse pass runs on zeros. The mask is piecewise constant, so the
+    gradient through it is zero almost everywhere (as in torch: relu'(0) = 0).
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return torch.relu(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
+
+    @staticmethod
+    def jvp(ctx, dx):
+        (out,) = ctx.saved_tensors
+        return torch.where(out > 0, dx, 0.0)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return torch.where(out > 0, g, 0.0)
+
+
+@contextmanager
+def _tangent_rules(model):
+    """Within the twin's jvp pass: ``nn.Linear``, ``nn.Conv{1,2,3}d`` and ``nn.ReLU`` run the functions above.
+
+    :class:`_Linear`, :class:`_Conv` (zero padding given as numbers) and
+    :class:`_ReLU`; only modules of exactly these types (a subclass may override ``forward``)
+    and without a ``forward`` of their own already set on the instance; the
+    instance attribute is removed on exit. Every other layer keeps torch's
+    rules.
+    """
+    patched = []
+    try:
+        for m in model.modules():
+            if "forward" in vars(m):
+                continue
+            if type(m) is nn.Linear:
+                m.forward = lambda inp, m=m: _Linear.apply(inp, m.weight, m.bias)
+            elif type(m) in (nn.Conv1d, nn.Conv2d, nn.Conv3d) and m.padding_mode == "zeros" \
+                    and not isinstance(m.padding, str):
+                conf = (list(m.stride), list(m.padding), list(m.dilation), m.groups)
+                m.forward = lambda inp, m=m, conf=conf: _Conv.apply(inp, m.weight, m.bias, conf)
+            elif type(m) is nn.ReLU:
+                m.forward = _ReLU.apply
+            else:
+                continue
+            patched.append(m)
+        yield
+    finally:
+        for m in patched:
+            del m.forward
 
 
 def _norm_by_formula(mod, inp, out):
