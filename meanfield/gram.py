@@ -177,13 +177,14 @@ def _safe(expr):
     return expr.replace(half_power, lambda e: sqrt(e.base) ** (2 * e.exp))
 
 
-def _checked_spec(arch):
+def _checked_spec(arch, tokens_ok=False):
     from .calculus import as_architecture
 
     spec = as_architecture(arch)
-    if spec.has_tokens:
-        raise ValueError("arch acts along tokens (ResMLP / MLP-Mixer): its inputs are images and its pair state "
-                         "is not a pair of inputs; Gram matrices over images are not implemented")
+    if spec.has_tokens and not tokens_ok:
+        raise ValueError("arch acts along tokens (ResMLP / MLP-Mixer): its state over images is two (nT) x (nT) "
+                         "matrices, not a pair map; use meanfield.kernels on images x of shape (n, T, d) "
+                         "(meanfield.gram_tokens)")
     spec.require_values("kernels")
     return spec
 
@@ -410,7 +411,7 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     primitives' ``gram`` rules (Jacot et al. 2018, Thm. 1; Arora et al.
     2019, eqs. 9-10; the layer rules of neural-tangents' ``stax``).
     """
-    spec = _checked_spec(arch)
+    spec = _checked_spec(arch, tokens_ok=True)
     check_choice("parameterization", parameterization, PARAMETERIZATIONS)
     if isinstance(get, str):
         get = (get,)
@@ -432,6 +433,13 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
                              "hidden layers' fan-in); pass width=n or use parameterization='ntk'")
         check_real("width", width, minimum=1)
     n_width = float(width) if width is not None else 1.0
+    if spec.has_tokens:
+        # token blocks (ResMLP, MLP-Mixer): images (n, T, d), the (nT) x (nT) state of meanfield.gram_tokens
+        from .gram_tokens import token_kernels
+
+        K, Th, diag = token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, n_width, per_layer)
+        return Kernels(spec, sw, sb, depth, parameterization, float(width) if width is not None else None,
+                       K, Th, diag, None)
     a = _inputs("x1", x1)
     same = x2 is None
     b = a if same else _inputs("x2", x2)
