@@ -175,3 +175,20 @@ def test_monte_carlo_shallow(key, param):
     r, e, z = _mc(arch, x, 4, 1.3, sb, 256, 12, param)
     assert np.all(_agree(e.nngp, r.nngp, e.nngp_se, 0.0)), z
     assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * 4 / 256)), z
+
+
+def test_cli_kernels_on_images(tmp_path):
+    """meanfield kernels --block mixer reads images (n, T, d) and writes what meanfield.kernels returns."""
+    from meanfield.cli import main
+    from meanfield.gram import Kernels
+
+    x = np.random.default_rng(9).standard_normal((4, 6, 12))
+    np.save(tmp_path / "img.npy", x)
+    out = tmp_path / "k.npz"
+    assert main(["kernels", "--block", "mixer", "--activation", "gelu", "--mu", "0.5", "--inputs",
+                 str(tmp_path / "img.npy"), "--depth", "4", "--sigma-w", "1.2", "--sigma-b", "0.1",
+                 "--out", str(out)]) == 0
+    r = kernels(Architecture("gelu", block="mixer", mu=0.5), x, depth=4, sigma_w=1.2, sigma_b=0.1)
+    back = Kernels.load(out)
+    np.testing.assert_array_equal(back.nngp, r.nngp)
+    np.testing.assert_array_equal(back.ntk, r.ntk)
