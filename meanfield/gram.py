@@ -92,10 +92,14 @@ What is exact, and what is refused
   the per-input scales sqrt(K(x, x)) enter the next kernel as a rank-one
   term that centring does not remove, and n_eff falls with depth (79 -> 14
   over 20 blocks for a batch of 128): the limit is not reached there.
-* ResMLP and MLP-Mixer: their inputs are images (tokens x channels) and
-  their pair state is two channels of one token (the Mixer) or needs the
-  full token-token covariance; Gram matrices over images are not
-  implemented (ValueError).
+* ResMLP and MLP-Mixer (any tree with token mixing): inputs are images
+  (n, T, d), the readout is the mean over the tokens, and the state is the
+  (nT) x (nT) one-channel and two-channel matrices of
+  :mod:`meanfield.gram_tokens`. It is the limit of infinitely many channels
+  and tokens together (the single-input Mixer theory's limit), exact for
+  sigma_b = 0, odd phi and tokens orthogonal across positions, an
+  approximation elsewhere; at finite T the same-image entries carry an
+  O(depth/T) excess (docs/gram.md).
 
 Numerics
 --------
@@ -379,11 +383,14 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     arch : Architecture, Network, tree or activation name
         The repeated block (MLPs: any activation, LayerNorm pre/post,
         RMSNorm, residual mu, LayerScale, BatchNorm in its large-batch
-        limit). Token blocks (ResMLP, Mixer) are refused: see
-        :mod:`meanfield.gram`.
-    x1 : array (n1, d)
-        With BatchNorm: the batch (n1 >= 2).
-    x2 : array (n2, d), optional
+        limit; token blocks: ResMLP, MLP-Mixer, trees with token mixing).
+    x1 : array (n1, d), or images (n1, T, d) for a token block
+        With BatchNorm: the batch (n1 >= 2). Token blocks: T tokens of d
+        features each; the kernels are those of the mean of h^depth over
+        the tokens, in the limit of infinitely many channels and tokens
+        (:mod:`meanfield.gram_tokens`: the rules, where the limit is exact,
+        its finite-T error).
+    x2 : array (n2, d) (images (n2, T, d) for a token block), optional
         Default: ``x1`` (the symmetric Gram matrix). Not with BatchNorm (the
         kernels depend on the batch; pass every input in ``x1``).
     depth : int >= 1
