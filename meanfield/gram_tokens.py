@@ -65,16 +65,23 @@ per-channel cross-token covariance (A - B)_{tt'}, t != t', has a vanishing
 mean square (its part common to all tokens of a channel g_c enters as
 g_c^2 w_s^2, w_s ~ N(0, 1), and never averages out). This is the limit of the
 package's single-input Mixer theory (tokens and channels -> infinity
-together, docs/theory.md "MLP-Mixer"), and it is exact under the same
-conditions: **sigma_b = 0, an odd activation (E[phi] = 0) and input tokens
-orthogonal across positions**, x_t . x'_t' = 0 for t != t' for every pair of
-images (overlaps of the same token in two images are free). Then B = TB = 0
-and A, TA stay token-diagonal at every layer, so K = mean_t A_tt / T. With a
-bias or E[phi] != 0 (or correlated patches) each channel acquires a part
-common to its tokens and the result is an approximation, as the single-input
-Mixer recursion is there (``Architecture.mixer_limit_is_exact``); the same
-holds for ResMLP (its token bias is shared by the channels and no channel
-LayerNorm removes it). docs/gram.md gives the Monte-Carlo comparison.
+together, docs/theory.md "MLP-Mixer"), and the recursion is that limit under
+the same conditions: **sigma_b = 0, an odd activation (E[phi] = 0) and input
+tokens orthogonal across positions**, x_t . x'_t' = 0 for t != t' for every
+pair of images (overlaps of the same token in two images are free). Then
+B = TB = 0 and A, TA stay token-diagonal at every layer, so
+K = mean_t A_tt / T. With a bias or E[phi] != 0 (or correlated patches) each
+channel acquires a part common to its tokens and the result is an
+approximation, as the single-input Mixer recursion is there
+(``Architecture.mixer_limit_is_exact``); the same holds for ResMLP (its token
+bias is shared by the channels and no channel LayerNorm removes it).
+
+At finite T and C the network differs from the limit by finite-size terms
+that the NTK accumulates over depth (the Mixer's single-input chi_J is above
+its limit by 13-15/N per block at T = C = N, docs/theory.md): at depth 20
+the Monte-Carlo NTK's same-image entries are 1.5-2.4 times the limit for
+T = 8-32 tokens, while the NNGP, renormalised by every channel LayerNorm,
+agrees (docs/gram.md has the numbers).
 
 Cost: the state is four (nT)^2 float64 arrays (n = 20 images of 64 tokens:
 1.3 MB each), the activation's pair map on two of them per activation.
