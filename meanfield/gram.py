@@ -98,8 +98,9 @@ What is exact, and what is refused
   :mod:`meanfield.gram_tokens`. It is the limit of infinitely many channels
   and tokens together (the single-input Mixer theory's limit), exact for
   sigma_b = 0, odd phi and tokens orthogonal across positions, an
-  approximation elsewhere; at finite T the same-image entries carry an
-  O(depth/T) excess (docs/gram.md).
+  approximation elsewhere. At depth the same-image entries converge slowly:
+  the NTK needs many tokens, the NNGP many more channels than tokens
+  (docs/gram.md has the Monte-Carlo numbers).
 
 Numerics
 --------

@@ -77,11 +77,15 @@ approximation, as the single-input Mixer recursion is there
 bias is shared by the channels and no channel LayerNorm removes it).
 
 At finite T and C the network differs from the limit by finite-size terms
-that the NTK accumulates over depth (the Mixer's single-input chi_J is above
-its limit by 13-15/N per block at T = C = N, docs/theory.md): at depth 20
-the Monte-Carlo NTK's same-image entries are 1.5-2.4 times the limit for
-T = 8-32 tokens, while the NNGP, renormalised by every channel LayerNorm,
-agrees (docs/gram.md has the numbers).
+that build up over depth on the same-image entries (the diagonal of the
+Gram matrix; the entries between images agree): at depth 20 (Mixer, erf,
+512 channels) the Monte-Carlo NTK diagonal is +115-141% above the limit at
+T = 8, +50-58% at T = 32 and +7-11% (within 1 SE) at T = 64, a finite-width
+effect of the token MLPs (width T) that the NTK accumulates over the blocks;
+the NNGP diagonal, renormalised by every channel LayerNorm, agrees for
+T/C <= 1/16 but is ~20% low at T/C = 1/8 (cross-token terms of O(1/C) summed
+by the token mean over T^2 pairs). So the pooled Gram matrices are the limit
+T -> infinity with C/T -> infinity (docs/gram.md).
 
 Cost: the state is four (nT)^2 float64 arrays (n = 20 images of 64 tokens:
 1.3 MB each), the activation's pair map on two of them per activation.
