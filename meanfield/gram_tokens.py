@@ -80,7 +80,7 @@ At finite T and C the network differs from the limit by finite-size terms
 that build up over depth on the same-image entries (the diagonal of the
 Gram matrix; the entries between images agree): at depth 20 (Mixer, erf,
 512 channels) the Monte-Carlo NTK diagonal is +115-141% above the limit at
-T = 8, +50-58% at T = 32 and +7-11% (within 1 SE) at T = 64, a finite-width
+T = 8, +50-58% at T = 32 and +7-26% at T = 64 (C = 512, 1024), a finite-width
 effect of the token MLPs (width T) that the NTK accumulates over the blocks;
 the NNGP diagonal, renormalised by every channel LayerNorm, agrees for
 T/C <= 1/16 but is ~20% low at T/C = 1/8 (cross-token terms of O(1/C) summed
