@@ -427,7 +427,7 @@ def _autoinit_model(args):
 
 
 def _load_inputs(path, option):
-    """An (n, d) float array from a .npy file (a 1-d array is one input)."""
+    """An (n, d) float array from a .npy file (a 1-d array is one input); (n, T, d) images for token blocks."""
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"meanfield kernels: {option}: {path} is not a file")
@@ -437,8 +437,9 @@ def _load_inputs(path, option):
         raise UsageError(f"meanfield kernels: {option}: cannot read {path} as a .npy array ({err})") from None
     if a.ndim == 1:
         a = a[None, :]
-    if a.ndim != 2 or a.dtype.kind not in "biuf":
-        raise UsageError(f"meanfield kernels: {option}: expected a numeric array of shape (n, d), got "
+    if a.ndim not in (2, 3) or a.dtype.kind not in "biuf":
+        raise UsageError(f"meanfield kernels: {option}: expected a numeric array of shape (n, d) (or images "
+                         f"(n, T, d) for --block resmlp/mixer), got "
                          f"{a.dtype} {a.shape}")
     return a.astype(np.float64)
 
@@ -599,8 +600,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "--inputs (against the rows of --inputs2, or of --inputs), written to --out "
                         "(.npz or .json; meanfield.gram.Kernels.load reads it). See meanfield.kernels.")
     _add_arch_options(s)
-    s.add_argument("--inputs", required=True, metavar="FILE.npy", help="inputs, an array of shape (n1, d)")
-    s.add_argument("--inputs2", default=None, metavar="FILE.npy", help="second inputs (n2, d) (default --inputs)")
+    s.add_argument("--inputs", required=True, metavar="FILE.npy",
+                   help="inputs, an array of shape (n1, d); images (n1, T, d) for --block resmlp/mixer "
+                        "(readout: mean over the T tokens)")
+    s.add_argument("--inputs2", default=None, metavar="FILE.npy",
+                   help="second inputs (n2, d) or (n2, T, d) (default --inputs)")
     s.add_argument("--depth", type=int, required=True, metavar="L",
                    help="dense layers: the input layer plus L - 1 blocks (>= 1)")
     s.add_argument("--sigma-w", type=_finite, required=True, metavar="X", help="weight scale sigma_w (>= 0)")

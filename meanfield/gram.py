@@ -92,10 +92,15 @@ What is exact, and what is refused
   the per-input scales sqrt(K(x, x)) enter the next kernel as a rank-one
   term that centring does not remove, and n_eff falls with depth (79 -> 14
   over 20 blocks for a batch of 128): the limit is not reached there.
-* ResMLP and MLP-Mixer: their inputs are images (tokens x channels) and
-  their pair state is two channels of one token (the Mixer) or needs the
-  full token-token covariance; Gram matrices over images are not
-  implemented (ValueError).
+* ResMLP and MLP-Mixer (any tree with token mixing): inputs are images
+  (n, T, d), the readout is the mean over the tokens, and the state is the
+  (nT) x (nT) one-channel and two-channel matrices of
+  :mod:`meanfield.gram_tokens`. It is the limit of infinitely many channels
+  and tokens together (the single-input Mixer theory's limit), exact for
+  sigma_b = 0, odd phi and tokens orthogonal across positions, an
+  approximation elsewhere. At depth the same-image entries converge slowly:
+  the NTK needs many tokens, the NNGP many more channels than tokens
+  (docs/gram.md has the Monte-Carlo numbers).
 
 Numerics
 --------
@@ -178,13 +183,14 @@ def _safe(expr):
     return expr.replace(half_power, lambda e: sqrt(e.base) ** (2 * e.exp))
 
 
-def _checked_spec(arch):
+def _checked_spec(arch, tokens_ok=False):
     from .calculus import as_architecture
 
     spec = as_architecture(arch)
-    if spec.has_tokens:
-        raise ValueError("arch acts along tokens (ResMLP / MLP-Mixer): its inputs are images and its pair state "
-                         "is not a pair of inputs; Gram matrices over images are not implemented")
+    if spec.has_tokens and not tokens_ok:
+        raise ValueError("arch acts along tokens (ResMLP / MLP-Mixer): its state over images is two (nT) x (nT) "
+                         "matrices, not a pair map; use meanfield.kernels on images x of shape (n, T, d) "
+                         "(meanfield.gram_tokens)")
     spec.require_values("kernels")
     return spec
 
@@ -379,11 +385,14 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     arch : Architecture, Network, tree or activation name
         The repeated block (MLPs: any activation, LayerNorm pre/post,
         RMSNorm, residual mu, LayerScale, BatchNorm in its large-batch
-        limit). Token blocks (ResMLP, Mixer) are refused: see
-        :mod:`meanfield.gram`.
-    x1 : array (n1, d)
-        With BatchNorm: the batch (n1 >= 2).
-    x2 : array (n2, d), optional
+        limit; token blocks: ResMLP, MLP-Mixer, trees with token mixing).
+    x1 : array (n1, d), or images (n1, T, d) for a token block
+        With BatchNorm: the batch (n1 >= 2). Token blocks: T tokens of d
+        features each; the kernels are those of the mean of h^depth over
+        the tokens, in the limit of infinitely many channels and tokens
+        (:mod:`meanfield.gram_tokens`: the rules, where the limit is exact,
+        its finite-T error).
+    x2 : array (n2, d) (images (n2, T, d) for a token block), optional
         Default: ``x1`` (the symmetric Gram matrix). Not with BatchNorm (the
         kernels depend on the batch; pass every input in ``x1``).
     depth : int >= 1
@@ -411,7 +420,7 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     primitives' ``gram`` rules (Jacot et al. 2018, Thm. 1; Arora et al.
     2019, eqs. 9-10; the layer rules of neural-tangents' ``stax``).
     """
-    spec = _checked_spec(arch)
+    spec = _checked_spec(arch, tokens_ok=True)
     check_choice("parameterization", parameterization, PARAMETERIZATIONS)
     if isinstance(get, str):
         get = (get,)
@@ -433,6 +442,13 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
                              "hidden layers' fan-in); pass width=n or use parameterization='ntk'")
         check_real("width", width, minimum=1)
     n_width = float(width) if width is not None else 1.0
+    if spec.has_tokens:
+        # token blocks (ResMLP, MLP-Mixer): images (n, T, d), the (nT) x (nT) state of meanfield.gram_tokens
+        from .gram_tokens import token_kernels
+
+        K, Th, diag = token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, n_width, per_layer)
+        return Kernels(spec, sw, sb, depth, parameterization, float(width) if width is not None else None,
+                       K, Th, diag, None)
     a = _inputs("x1", x1)
     same = x2 is None
     b = a if same else _inputs("x2", x2)

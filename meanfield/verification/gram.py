@@ -4,7 +4,9 @@ The network is the torch realisation of the same primitive tree
 (:func:`meanfield.torch.networks.realise`, weights drawn per
 initialisation from its own generator), on the given inputs:
 h^1 = W x + b, then depth - 1 blocks; the output is h^depth, of ``width``
-units.
+units. Token blocks (ResMLP, MLP-Mixer): the inputs are images (n, T, d), the
+input layer acts on each token (weights shared by the tokens), and the
+output is the mean of h^depth over the tokens (:mod:`meanfield.gram_tokens`).
 
 * Empirical NNGP: for each initialisation i,
   K_i(a, b) = (1/N) sum_k h_k(x_a) h_k(x_b) over the N output units; the
@@ -93,8 +95,7 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
     With BatchNorm the batch is the rows of x1 (x2 must be None).
     """
     spec = as_architecture(arch)
-    if spec.has_tokens:
-        raise ValueError("arch acts along tokens (ResMLP / MLP-Mixer); empirical Gram matrices are for MLPs")
+    tokens = spec.has_tokens
     check_choice("parameterization", parameterization, ("ntk", "standard"))
     get = (get,) if isinstance(get, str) else tuple(get)
     if not get or any(g not in ("nngp", "ntk") for g in get):
@@ -116,8 +117,10 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
     device = resolve_device(device)
     a = torch.as_tensor(np.asarray(x1, dtype=np.float64))
     b = a if x2 is None else torch.as_tensor(np.asarray(x2, dtype=np.float64))
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
-        raise ValueError(f"x1, x2 must be 2-d arrays (n, d) with the same d, got {tuple(a.shape)}, {tuple(b.shape)}")
+    nd = 3 if tokens else 2
+    if a.ndim != nd or b.ndim != nd or a.shape[1:] != b.shape[1:]:
+        raise ValueError(f"x1, x2 must be {nd}-d arrays {'(n, T, d)' if tokens else '(n, d)'} with the same "
+                         f"{'(T, d)' if tokens else 'd'}, got {tuple(a.shape)}, {tuple(b.shape)}")
     n1 = a.shape[0]
     if spec.couples_batch and x2 is not None:
         raise ValueError("arch has a batch_norm(): the batch is the rows of x1; x2 must be None")
@@ -128,8 +131,8 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
         if rows.size < 1 or rows.min() < 0 or rows.max() >= n1:
             raise ValueError(f"ntk_rows must be indices in [0, {n1}), got {ntk_rows!r}")
     x = torch.cat([a, b]) if x2 is not None else a
-    B, d = x.shape
-    x = x.to(device=device, dtype=dtype).view(1, 1, 1, B, 1, d)
+    B, T, d = (x.shape[0], x.shape[1], x.shape[2]) if tokens else (x.shape[0], 1, x.shape[1])
+    x = x.to(device=device, dtype=dtype).view(1, 1, 1, B, T, d)
     params = {"sigma_w": [sw], "sigma_b": [sb], "mu": spec.mu if spec.mu is not None else 0.0,
               "eps": spec.eps if spec.eps is not None else 1.0}
     inp, block = input_layer(width), realise(spec)
@@ -138,7 +141,8 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
         z = inp(x, ctx)
         for _ in range(depth - 1):
             z = block(z, ctx)
-        return z[0, 0, 0, :, 0, :]          # (B, width)
+        # (B, width); token blocks: the readout is the mean over the tokens (meanfield.gram_tokens)
+        return z[0, 0, 0].mean(-2) if tokens else z[0, 0, 0, :, 0, :]
 
     K_i, T_i = [], []
     for i in range(n_init):

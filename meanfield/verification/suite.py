@@ -540,7 +540,9 @@ def _kind_gram(case, device, dtype):
 
     Inputs: ``n_inputs`` rows of N(0, 1) in ``input_dim`` features, each row
     scaled by U(0.5, 2) (seeded), so the norms differ (or to |x|^2 = d with
-    ``"equal_norms": true``). Compared: every entry
+    ``"equal_norms": true``). Token blocks (ResMLP, Mixer): ``n_inputs``
+    images of ``tokens`` tokens, token t on its own input_dim // tokens
+    coordinates, readout the mean over the tokens (:mod:`meanfield.gram_tokens`). Compared: every entry
     of the first ``rows`` rows' block (default all), NNGP over initialisations
     and NTK by torch.func (:func:`~meanfield.verification.gram.empirical_kernels`),
     each with the suite's rule at l = depth (and the 1/batch term with
@@ -556,10 +558,20 @@ def _kind_gram(case, device, dtype):
     get = tuple(case.get("get", ("nngp", "ntk")))
     rng = np.random.default_rng(int(case.get("seed", 0)))
     d = int(case["input_dim"])
-    x = rng.standard_normal((n, d))
-    # equal_norms: |x|^2 = d (BatchNorm with ReLU needs it for the large-batch limit at depth, docs/gram.md)
-    x *= np.sqrt(d) / np.linalg.norm(x, axis=1, keepdims=True) if case.get("equal_norms") else \
-        rng.uniform(0.5, 2.0, size=(n, 1))
+    if arch.has_tokens:
+        # token blocks: images (n, T, d), token t in its own d // T coordinates (tokens orthogonal across
+        # positions, the exact regime of meanfield.gram_tokens), each image scaled by U(0.5, 2)
+        T = int(case["tokens"])
+        k = d // T
+        x = np.zeros((n, T, d))
+        for t in range(T):
+            x[:, t, t * k:(t + 1) * k] = rng.standard_normal((n, k)) * np.sqrt(d / k)
+        x *= rng.uniform(0.5, 2.0, size=(n, 1, 1))
+    else:
+        x = rng.standard_normal((n, d))
+        # equal_norms: |x|^2 = d (BatchNorm with ReLU needs it for the large-batch limit at depth, docs/gram.md)
+        x *= np.sqrt(d) / np.linalg.norm(x, axis=1, keepdims=True) if case.get("equal_norms") else \
+            rng.uniform(0.5, 2.0, size=(n, 1))
     rows = np.arange(int(case.get("rows", n)))
     th = kernels(arch, x, depth=depth, sigma_w=sw, sigma_b=sb, parameterization=param, get=get, width=width)
     t0 = time.time()

@@ -1,0 +1,319 @@
+r"""NNGP and NTK Gram matrices over images for token blocks (ResMLP, MLP-Mixer): issue 12.
+
+:func:`meanfield.kernels` dispatches here when the tree acts along tokens.
+Inputs are images ``x`` of shape (n, T, d): T tokens (patches) of d features.
+The network is the one :func:`meanfield.verification.gram.empirical_kernels`
+realises: a per-token input layer h^1[x, t] = W x_t + b (weights shared by the
+tokens), depth - 1 blocks, and the readout **mean pooling over the tokens**,
+f_c(x) = mean_t h^depth_c(x, t). The Gram matrices are over images:
+K(x, x') = E[f_c(x) f_c(x')], Theta(x, x') the NTK of f_c.
+
+State (infinite channel width C; channels are exchangeable)
+-----------------------------------------------------------
+Over the n images and T tokens, four (nT) x (nT) matrices, index (x, t):
+
+* A[(x,t),(x',t')] = E[z_c(x,t) z_c(x',t')]   (one channel),
+* B[(x,t),(x',t')] = E[z_c(x,t) z_c'(x',t')]  (two channels c != c': the part
+  common to all channels, which token-mixing weights and biases, shared by
+  the channels, create and a channel LayerNorm removes),
+* TA, TB: the NTK analogues (sum over parameters of the products of the
+  gradients of z_c(x,t) and z_c(x',t'), resp. z_c'(x',t')).
+
+Per primitive (sw, sb the layer's scales; k, dk the activation's two-point
+maps ``Activation.kernel``, ``Activation.derivative_kernel`` evaluated at the
+variances diag(A) of the two entries, through the compiled pair map of
+:mod:`meanfield.gram`; "own" is the Dense layer's own NTK term as for MLPs):
+
+=======================  =====================================  =====================================
+primitive                A, B                                   TA, TB
+=======================  =====================================  =====================================
+channel Dense            A -> sw^2 A + sb^2, B -> 0             TA -> own(A) + sw^2 TA, TB -> 0
+(features / channels)    (independent rows and biases)          own = A' ('ntk'), width A + 1 ('standard')
+token Dense              A -> I_T (x) (sw^2 mean_t A_tt + sb^2)  TA -> I_T (x) (own + sw^2 mean_t TA_tt)
+                         B -> I_T (x) (sw^2 mean_t B_tt + sb^2)  own = sw^2 mean_t A_tt + sb^2 ('ntk'),
+                                                                T mean_t A_tt + 1 ('standard'); TB alike
+act(phi)                 A -> k(A), B -> k(B)                   TA -> dk(A) TA, TB -> dk(B) TB
+LayerNorm over channels  A -> (A - B)/sqrt(v v'), B -> 0,       TA -> (TA - TB)/sqrt(v v'), TB -> 0
+                         v = diag(A - B)
+scale(eps)               x eps^2                                x eps^2
+residual(branch, mu)     branch + mu^2 (skip)                   branch + mu^2 (skip)
+=======================  =====================================  =====================================
+
+where ``M_tt`` is the (n, n) block of token t and I_T (x) M puts M on every
+token's diagonal block (zero between different tokens). Input layer:
+A = sw^2 x_t.x'_t'/d + sb^2, B = 0, TA = A ('ntk') or x_t.x'_t' + 1
+('standard'), TB = 0. Readout: K = mean_{t,t'} A_{tt'},
+Theta = mean_{t,t'} TA_{tt'}.
+
+Why: a token Dense's weights are fresh and zero-mean, so its output's second
+moments are exactly token-diagonal with the token mean of its input's (any T);
+its bias b_s is shared by the channels (B gets sb^2). A channel Dense has
+independent rows (B' = 0) and at C -> infinity its output is Gaussian given
+the previous layers; a channel LayerNorm subtracts the channel mean (the
+common part, covariance B) and divides by the channel standard deviation
+(sqrt(A - B) on the diagonal), as in the package's pair-of-channels calculus
+(``LayerNormPre(axis='channels')``: (K, K12) -> (1, 0)).
+
+The limit, and where it is exact
+--------------------------------
+The two-point maps of the activations need the preactivation of a channel to
+be jointly Gaussian over (x, t). After a token Dense with finitely many
+tokens it is Gaussian only given the token weights, which all channels
+share, with a covariance sw^2/T sum_{t,t'} W_st W_s't' A_tt' that is random.
+It self-averages to the token-diagonal mean above when T -> infinity and the
+per-channel cross-token covariance (A - B)_{tt'}, t != t', has a vanishing
+mean square (its part common to all tokens of a channel g_c enters as
+g_c^2 w_s^2, w_s ~ N(0, 1), and never averages out). This is the limit of the
+package's single-input Mixer theory (tokens and channels -> infinity
+together, docs/theory.md "MLP-Mixer"), and the recursion is that limit under
+the same conditions: **sigma_b = 0, an odd activation (E[phi] = 0) and input
+tokens orthogonal across positions**, x_t . x'_t' = 0 for t != t' for every
+pair of images (overlaps of the same token in two images are free). Then
+B = TB = 0 and A, TA stay token-diagonal at every layer, so
+K = mean_t A_tt / T. With a bias or E[phi] != 0 (or correlated patches) each
+channel acquires a part common to its tokens and the result is an
+approximation, as the single-input Mixer recursion is there
+(``Architecture.mixer_limit_is_exact``); the same holds for ResMLP (its token
+bias is shared by the channels and no channel LayerNorm removes it).
+
+At finite T and C the network differs from the limit by finite-size terms
+that build up over depth on the same-image entries (the diagonal of the
+Gram matrix; the entries between images agree): at depth 20 (Mixer, erf,
+512 channels) the Monte-Carlo NTK diagonal is +115-141% above the limit at
+T = 8, +50-58% at T = 32 and +7-26% at T = 64 (C = 512, 1024), a finite-width
+effect of the token MLPs (width T) that the NTK accumulates over the blocks;
+the NNGP diagonal, renormalised by every channel LayerNorm, agrees for
+T/C <= 1/16 but is ~20% low at T/C = 1/8 (cross-token terms of O(1/C) summed
+by the token mean over T^2 pairs). So the pooled Gram matrices are the limit
+T -> infinity with C/T -> infinity (docs/gram.md).
+
+Cost: the state is four (nT)^2 float64 arrays (n = 20 images of 64 tokens:
+1.3 MB each), the activation's pair map on two of them per activation.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._validate import check_choice
+
+__all__ = ["token_kernels", "token_inputs", "token_state"]
+
+
+def token_inputs(name, x):
+    """``x`` as a float64 array (n, T, d) of images (n, T, d >= 1, finite)."""
+    a = np.asarray(x, dtype=np.float64) if x is not None else None
+    if a is None or a.ndim != 3 or min(a.shape) < 1:
+        raise ValueError(f"{name} must be a 3-d array of images of shape (n, T, d) (n images, T tokens, "
+                         f"d features) for a token block (ResMLP / MLP-Mixer), got "
+                         f"{'None' if x is None else np.shape(x)}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must contain finite numbers only")
+    return a
+
+
+class _State:
+    """A, B, TA, TB over (x, t) pairs, stored as (n, T, n, T) arrays."""
+
+    __slots__ = ("A", "B", "TA", "TB", "gaussian")
+
+    def __init__(self, A, B, TA, TB, gaussian=True):
+        self.A, self.B, self.TA, self.TB, self.gaussian = A, B, TA, TB, gaussian
+
+    def map(self, f, gaussian=None):
+        return _State(*(None if M is None else f(M) for M in (self.A, self.B, self.TA, self.TB)),
+                      self.gaussian if gaussian is None else gaussian)
+
+
+def _diag(M):
+    """The diagonal M[(x,t),(x,t)], shape (n, T)."""
+    n, T = M.shape[:2]
+    return M.reshape(n * T, n * T).diagonal().reshape(n, T)
+
+
+def _token_diag(m, T):
+    """I_T (x) m: the (n, n) matrix m on every token's diagonal block, shape (n, T, n, T)."""
+    n = m.shape[0]
+    out = np.zeros((n, T, n, T))
+    idx = np.arange(T)
+    out[:, idx, :, idx] = m[None, :, :]
+    return out
+
+
+def _token_mean(M):
+    """mean_t M[(x,t),(x',t)], shape (n, n)."""
+    return np.einsum("atbt->ab", M) / M.shape[1]
+
+
+class _Walk:
+    """The token tree applied to the state; activations through the pair maps of :mod:`meanfield.gram`."""
+
+    def __init__(self, vals, parameterization, want_ntk, sw, sb, width):
+        self.vals, self.param, self.ntk = vals, parameterization, want_ntk
+        self.sw, self.sb, self.width = sw, sb, width
+
+    def _num(self, e):
+        import sympy as sp
+        from . import symbols as S
+
+        v = sp.sympify(e).subs(dict(self.vals)).subs({S.sigma_w: self.sw, S.sigma_b: self.sb})
+        return float(v)
+
+    def walk(self, node, s: _State) -> _State:
+        from .calculus import (ActivationLayer, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost, LayerNormPre,
+                               Residual, Scale, _short)
+
+        if isinstance(node, Chain):
+            for p in node.layers:
+                s = self.walk(p, s)
+            return s
+        if isinstance(node, Residual):
+            out = self.walk(node.branch, s)
+            m2 = self._num(node.mu) ** 2
+            return _State(out.A + m2 * s.A, out.B + m2 * s.B,
+                          None if s.TA is None else out.TA + m2 * s.TA,
+                          None if s.TB is None else out.TB + m2 * s.TB, gaussian=True)
+        if isinstance(node, Scale):
+            e2 = self._num(node.eps) ** 2
+            return s.map(lambda M: e2 * M)
+        if isinstance(node, Dense):
+            sw2, sb2 = self._num(node.sigma_w) ** 2, self._num(node.sigma_b) ** 2
+            if node.axis == "tokens":
+                return self._token_dense(s, sw2, sb2)
+            A = sw2 * s.A + sb2
+            TA = TB = None
+            if self.ntk:
+                own = A if self.param == "ntk" else self.width * s.A + 1.0
+                TA, TB = own + sw2 * s.TA, np.zeros_like(A)
+            return _State(A, np.zeros_like(A), TA, TB, gaussian=True)
+        if isinstance(node, ActivationLayer):
+            if not s.gaussian:
+                raise ValueError(f"{_short(node)} needs a Gaussian preactivation as input; put a dense layer before it")
+            return self._activation(node, s)
+        if isinstance(node, (LayerNormPre, LayerNormPost, LayerNorm)):
+            if node.axis == "tokens":
+                raise ValueError(f"{_short(node)}: a LayerNorm over the tokens has no Gram rule over images "
+                                 "(its divisor does not self-average at finite T)")
+            if isinstance(node, LayerNormPre) and not s.gaussian:
+                raise ValueError(f"{_short(node)} needs a Gaussian preactivation as input")
+            # over the channels of each (image, token): the channel mean removes the common part B, the
+            # channel variance is diag(A - B) (C -> infinity)
+            v = _diag(s.A) - _diag(s.B)
+            r = np.sqrt(v)
+            d = r[:, :, None, None] * r[None, None, :, :]
+            Z = np.zeros_like(s.A)
+            return _State((s.A - s.B) / d, Z, None if s.TA is None else (s.TA - s.TB) / d,
+                          None if s.TA is None else Z.copy(), gaussian=s.gaussian)
+        if isinstance(node, BatchNorm):
+            raise ValueError("batch_norm() in a token block: Gram matrices over images are not implemented for it")
+        raise ValueError(f"{_short(node)} has no Gram rule for token blocks (ResMLP / MLP-Mixer); rules exist for "
+                         "dense (any axis), act, layer_norm over the channels, scale and residual")
+
+    def _token_dense(self, s, sw2, sb2):
+        T = s.A.shape[1]
+        mA, mB = _token_mean(s.A), _token_mean(s.B)
+        A, B = _token_diag(sw2 * mA + sb2, T), _token_diag(sw2 * mB + sb2, T)
+        TA = TB = None
+        if self.ntk:
+            # own terms: d a_c(x,s) / d W_st = sw v_c(x,t)/sqrt(T) ('ntk'), / d b_s = sb (shared by the channels)
+            if self.param == "ntk":
+                oA, oB = sw2 * mA + sb2, sw2 * mB + sb2
+            else:  # W, b trained directly: fan-in T
+                oA, oB = T * mA + 1.0, T * mB + 1.0
+            TA = _token_diag(oA + sw2 * _token_mean(s.TA), T)
+            TB = _token_diag(oB + sw2 * _token_mean(s.TB), T)
+        return _State(A, B, TA, TB, gaussian=True)
+
+    def _activation(self, node, s):
+        from .gram import _cached, _compile_layers, _full
+
+        # the activation's pair map (K1, K2, K12, Theta12) -> (E[phi phi], E[phi' phi'] Theta12), compiled from
+        # its gram rule: Activation.kernel / derivative_kernel, the same code as the MLP Gram matrices
+        f = _cached(_compile_layers, (node,), (), self.param, True)
+        dA = _diag(s.A)
+        K1, K2 = dA[:, :, None, None], dA[None, None, :, :]
+        shape = s.A.shape
+        one = np.ones(())
+
+        def pair(C, Tm):
+            out = f(K1, K2, C, one if Tm is None else Tm, 0.0, 0.0, 1.0)
+            return _full(out[0], shape), (None if Tm is None else _full(out[1], shape))
+
+        A, TA = pair(s.A, s.TA)
+        B, TB = pair(s.B, s.TB)
+        # identical entries (x,t) = (x',t') are the one-point moments: pin them to the diagonal map (the
+        # arccos near correlation 1 would otherwise carry rounding)
+        return _State(A, B, TA, TB, gaussian=False)
+
+
+def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False):
+    """The state after depth - 1 blocks for images x (n, T, d), and the pooled diagonal per layer."""
+    from .gram import _values
+
+    n, T, d = x.shape
+    dots = np.einsum("atk,bsk->atbs", x, x)
+    A = sw**2 * dots / d + sb**2
+    Z = np.zeros_like(A)
+    TA = (A.copy() if parameterization == "ntk" else dots + 1.0) if want_ntk else None
+    s = _State(A, Z, TA, Z.copy() if want_ntk else None)
+    walk = _Walk(_values(spec), parameterization, want_ntk, sw, sb, width)
+    block = spec.block_spec()
+    diag = [np.diag(_pooled(s.A)).copy()] if per_layer else None
+    with np.errstate(all="ignore"):
+        for _ in range(depth - 1):
+            s = walk.walk(block, s)
+            if per_layer:
+                diag.append(np.diag(_pooled(s.A)).copy())
+    return s, diag
+
+
+def _pooled(M):
+    """The readout's Gram matrix: mean_{t,t'} M[(x,t),(x',t')], shape (n, n)."""
+    return M.mean(axis=(1, 3))
+
+
+def token_state(arch, x, depth, sigma_w, sigma_b, parameterization="ntk", ntk=True, width=None):
+    """The per-token state of a token block at h^depth, before the readout (for inspection and tests).
+
+    ``x``: images (n, T, d). Returns ``dict(A=, B=, TA=, TB=)``, arrays of
+    shape (n, T, n, T): A[a, t, b, s] = E[z_c(x_a, t) z_c(x_b, s)] (one
+    channel), B the same for two different channels, TA, TB the NTK
+    analogues (None when ``ntk=False``); see the module notes. ``width`` is
+    the channel fan-in of the standard parameterisation's NTK.
+    """
+    from .calculus import as_architecture
+
+    spec = as_architecture(arch)
+    check_choice("parameterization", parameterization, ("ntk", "standard"))
+    if not spec.has_tokens:
+        raise ValueError("arch has no token axis; use meanfield.kernels")
+    s, _ = _run(spec, token_inputs("x", x), int(depth), float(sigma_w), float(sigma_b), parameterization,
+                bool(ntk), 1.0 if width is None else float(width))
+    return {"A": s.A, "B": s.B, "TA": s.TA, "TB": s.TB}
+
+
+def token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, width, per_layer):
+    """The Gram matrices over images of a token block; the body of :func:`meanfield.kernels` for them.
+
+    Returns the tuple (nngp, ntk, nngp_diag) with nngp, ntk of shape (n1, n2)
+    (None when not asked for) and nngp_diag (depth, n1) or None.
+    """
+    check_choice("parameterization", parameterization, ("ntk", "standard"))
+    want_ntk = "ntk" in get
+    a = token_inputs("x1", x1)
+    same = x2 is None
+    b = a if same else token_inputs("x2", x2)
+    if b.shape[1:] != a.shape[1:]:
+        raise ValueError(f"x1 and x2 must have the same tokens and features (T, d), got {a.shape[1:]} and "
+                         f"{b.shape[1:]}")
+    n1 = a.shape[0]
+    x = a if same else np.concatenate([a, b])
+    s, diag = _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer)
+    K = _pooled(s.A)
+    Th = _pooled(s.TA) if want_ntk else None
+    for name, M in (("nngp", K), ("ntk", Th)):
+        if M is not None and not np.all(np.isfinite(M)):
+            raise ValueError(f"the {name} kernel is not finite at depth {depth} for sigma_w={sw:g}, sigma_b={sb:g} "
+                             "(beyond float64, or a normalisation of a zero signal)")
+    cut = (slice(None), slice(None)) if same else (slice(0, n1), slice(n1, None))
+    return (K[cut] if "nngp" in get else None, None if Th is None else Th[cut],
+            np.array(diag)[:, :n1] if per_layer else None)
