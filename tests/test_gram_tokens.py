@@ -197,10 +197,10 @@ def test_cli_kernels_on_images(tmp_path):
 @pytest.mark.slow
 def test_monte_carlo_deep_wide():
     """Depth 20, 512 channels, T = 32 tokens, Mixer (erf, sigma_b = 0: the exact regime) near its critical
-    line (chi_J = 1.05 per block), 3 images. The entries between different images within 4.5 standard
-    errors (+ 4 depth/width for the NTK, as for MLPs); the same-image entries (the diagonal) carry a
-    finite-T excess that falls like 1/T (docs/gram.md: NTK +115-140% at T = 8, +60-75% at T = 16), allowed
-    as depth/T on top."""
+    line (chi_J = 1.05 per block), 3 images. The NNGP, every entry, within 4.5 standard errors; the NTK
+    between different images within 4.5 SE + 4 depth/width (as for MLPs). The NTK's same-image entries
+    carry a finite-T excess (+50-58 % here, docs/gram.md) that the limit does not describe: they are
+    asserted at T = 64, below, with no token allowance."""
     pytest.importorskip("torch")
     arch = Architecture("erf", block="mixer", mu=0.8)
     depth, width, T = 20, 512, 32
@@ -208,10 +208,8 @@ def test_monte_carlo_deep_wide():
     r, e, z = _mc(arch, x, depth, 0.6, 0.0, width, 8, seed=3)
     off = ~np.eye(3, dtype=bool)
     print("max |z|", z, "rel. diag", np.diag(e.nngp) / np.diag(r.nngp) - 1, np.diag(e.ntk) / np.diag(r.ntk) - 1)
-    assert np.all(_agree(e.nngp, r.nngp, e.nngp_se, 0.0)[off])
+    assert np.all(_agree(e.nngp, r.nngp, e.nngp_se, 0.0))
     assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * depth / width)[off])
-    assert np.all(_agree(np.diag(e.nngp), np.diag(r.nngp), np.diag(e.nngp_se), depth / T))
-    assert np.all(_agree(np.diag(e.ntk), np.diag(r.ntk), np.diag(e.ntk_se), depth / T + 4 * depth / width))
 
 
 @pytest.mark.slow
