@@ -58,7 +58,7 @@ def test_recursion_json_matches_library():
     assert data["chi_J"] == str(rec.chi_J)
     assert data["state"] == ["K"]
     latex = run("recursion", "--activation", "erf", "--latex").stdout
-    assert "\\operatorname{asin}" in latex and "\\chi_{\\mathcal{J}}" in latex
+    assert "\\operatorname{atan}" in latex and "\\chi_{\\mathcal{J}}" in latex
 
 
 def test_critical_point_json_matches_library():
