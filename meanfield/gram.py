@@ -194,9 +194,19 @@ def _values(spec) -> tuple:
 
 
 def _lambdify(args, exprs):
+    from .gaussian import GaussianExpectation2
     from .symbolic import _numeric_expectations
 
-    exprs, namespace = _numeric_expectations([_safe(e) for e in exprs])
+    exprs = [_safe(e) for e in exprs]
+    vectorised = {}
+    if any(sp.sympify(e).has(GaussianExpectation2) for e in exprs):
+        # two-point moments of products f(u) g(v) over whole arrays (the Hermite series with error
+        # control, meanfield/_gram_quadrature.py) instead of one nested rule per entry
+        from ._gram_quadrature import vectorise_expectations
+
+        exprs, vectorised = vectorise_expectations(exprs)
+    exprs, namespace = _numeric_expectations(exprs)
+    namespace.update(vectorised)
     namespace.update(_mf_corr=_corr, _mf_acos=lambda a: np.arccos(_clip1(a)), _mf_asin=lambda a: np.arcsin(_clip1(a)),
                      _mf_sqrt=_sqrt0)
     return sp.lambdify(args, exprs, modules=[namespace, "numpy", "scipy"], cse=True)
