@@ -69,7 +69,8 @@ TOL = 1e-14
 TOL_COEFF = 1e-8
 #: (largest k, step in t of the coefficients' rule): the levels tried in turn
 LEVELS = ((64, 1.0 / 64), (256, 1.0 / 128))
-_LADDER = (8, 16, 24, 32, 48, 64, 128, 256)
+_LADDER = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+_EPS = np.finfo(np.float64).eps
 
 
 # ---------------------------------------------------------------------------
@@ -174,8 +175,11 @@ class _Coefficients:
             first = np.where(bad.any(axis=1), np.argmax(bad, axis=1) - 1, kmax)
             first = np.where(np.abs(e - ec) <= TOL_COEFF * scale**2, first, -1)
             self.a[rows], self.energy[rows], self.usable[rows] = a, e, first
+        # the tail is a difference of two sums of size E f^2: below ~k eps E f^2 it is rounding, and a
+        # tail rounded to 0 would make the Cauchy-Schwarz bound 0 whatever the other factor's tail
+        floor = _EPS * (16.0 + np.arange(kmax + 1.0))[None, :] * self.energy[:, None]
         with np.errstate(invalid="ignore"):
-            self.tail = np.maximum(self.energy[:, None] - np.cumsum(self.a * self.a, axis=1), 0.0)
+            self.tail = np.maximum(self.energy[:, None] - np.cumsum(self.a * self.a, axis=1), floor)
 
 
 def _one_point(f, g, cuts, K, h0):
@@ -315,7 +319,9 @@ class ProductMoment:
         if pend.size:
             E = self._nested()
             for p in pend:
-                out[p] = E(float(k1[p]), float(k2[p]), float(k12[p]))
+                a, b = float(k1[p]), float(k2[p])
+                # f = g: the arguments in one order, so that the matrix is exactly symmetric
+                out[p] = E(b, a, float(k12[p])) if self.same and b < a else E(a, b, float(k12[p]))
             if np.any(np.isnan(out[pend])):
                 bad = pend[np.isnan(out[pend])][0]
                 raise ValueError(f"two-point Gaussian quadrature did not reach its tolerance at K1={k1[bad]:.6g}, "
