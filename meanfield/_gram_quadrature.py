@@ -37,7 +37,7 @@ Error control
 * Coefficients: the one-point engine's rule (:data:`meanfield.gaussian.QUAD1_SOURCE`:
   exp-sinh from z = 0 and the breakpoints of f, tanh-sinh between them,
   log-uniform near them, so that tanh(sqrt(K) z) is resolved at any K),
-  with step 1/64 in t for k <= 64 and 1/128 for k <= 256. The even nodes
+  with step 1/64 in t for k <= 128 and 1/128 for k <= 256. The even nodes
   form the rule of twice the step; a coefficient is used only where the two
   agree to 1e-8 of sqrt(E f^2) (the trapezoid rule in t converges
   exponentially, so the finer rule is then at rounding level, as in the
@@ -68,7 +68,7 @@ TOL = 1e-14
 #: a coefficient is used where the rule and the rule of twice its step agree to this (of sqrt(E f^2))
 TOL_COEFF = 1e-8
 #: (largest k, step in t of the coefficients' rule): the levels tried in turn
-LEVELS = ((64, 1.0 / 64), (256, 1.0 / 128))
+LEVELS = ((64, 1.0 / 64), (128, 1.0 / 64), (256, 1.0 / 128))
 _LADDER = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 _EPS = np.finfo(np.float64).eps
 
@@ -279,6 +279,7 @@ class ProductMoment:
         self.cuts_f = np.asarray(cuts_f, dtype=np.float64).ravel()
         self.cuts_g = np.asarray(cuts_g, dtype=np.float64).ravel()
         self.same = same
+        self._energy = None   # (sorted K, E f(sqrt(K) z)^2) of the last coefficients (f = g only)
 
     def _nested(self):
         from .gaussian import interpreted_expect2
@@ -308,20 +309,23 @@ class ProductMoment:
             d = np.sqrt(k1 * k2)
             rho = np.where(d > 0, np.clip(k12 / np.where(d > 0, d, 1.0), -1.0, 1.0), 0.0)
         identical = ok & (k1 == k2) & (k12 == k1)
-        if identical.any():
-            # the one-point E[f(u) g(u)] (the series' limit at rho = 1): the diagonal stays the one-point map
-            idx = np.nonzero(identical)[0]
-            need = _used(i1[idx], u1.size)
-            vals = np.zeros(u1.size)
-            vals[need] = _one_point(self.f, self.g, np.union1d(self.cuts_f, self.cuts_g), u1[need], LEVELS[0][1])
-            out[idx] = vals[i1[idx]]
-        pend = np.nonzero(ok & ~identical)[0]
+        todo = ok & ~identical
+        sym = (self.same and len(shape) == 2 and shape[0] == shape[1] and K12.shape == shape
+               and K1.shape == (shape[0], 1) and K2.shape == (1, shape[0])
+               and np.array_equal(K1.ravel(), K2.ravel()) and np.array_equal(K12, K12.T))
+        if sym:
+            # a symmetric Gram matrix (x2 = None): the upper triangle, mirrored at the end
+            todo &= np.triu(np.ones(shape, dtype=bool)).ravel()
+        pend = np.nonzero(todo)[0]
         for kmax, h0 in LEVELS:
             if pend.size == 0:
                 break
             # coefficients only for the variances the pending entries use
             n1, n2 = _used(i1[pend], u1.size), _used(i2[pend], u2.size)
             ca = _Coefficients(self.f, self.cuts_f, u1[n1], kmax, h0)
+            if self.same and h0 == LEVELS[0][1]:
+                ok_e = ca.usable >= 0
+                self._energy = (u1[n1][ok_e], ca.energy[ok_e])
             cb = ca if (self.same and np.array_equal(u1[n1], u2[n2])) else \
                 _Coefficients(self.g, self.cuts_g, u2[n2], kmax, h0)
             pos1 = np.zeros(u1.size, dtype=np.int64)
@@ -329,6 +333,24 @@ class ProductMoment:
             pos2 = np.zeros(u2.size, dtype=np.int64)
             pos2[n2] = np.arange(n2.size)
             pend = self._series(pend, rho, pos1[i1], pos2[i2], ca, cb, kmax, out)
+        if identical.any():
+            # the one-point E[f(u) g(u)] (the series' limit at rho = 1): the diagonal stays the one-point map
+            idx = np.nonzero(identical)[0]
+            need = _used(i1[idx], u1.size)
+            vals = np.zeros(u1.size)
+            # kernels asks for the off-diagonal entries first, then the diagonal at the same variances:
+            # E[f^2] is then the energy of the coefficients just computed (the same rule and sum)
+            known = np.zeros(need.size, dtype=bool)
+            if self.same and self._energy is not None:
+                ku, ke = self._energy
+                j = np.minimum(np.searchsorted(ku, u1[need]), ku.size - 1)
+                known = ku[j] == u1[need]
+                vals[need[known]] = ke[j[known]]
+            rest = need[~known]
+            if rest.size:
+                vals[rest] = _one_point(self.f, self.g, np.union1d(self.cuts_f, self.cuts_g), u1[rest],
+                                        LEVELS[0][1])
+            out[idx] = vals[i1[idx]]
         if pend.size:
             E = self._nested()
             for p in pend:
@@ -340,7 +362,11 @@ class ProductMoment:
                 raise ValueError(f"two-point Gaussian quadrature did not reach its tolerance at K1={k1[bad]:.6g}, "
                                  f"K2={k2[bad]:.6g}, K12={k12[bad]:.17g} (neither the Hermite series nor the "
                                  "nested exp-sinh rule); see meanfield.gram, Numerics")
-        return out.reshape(shape)
+        out = out.reshape(shape)
+        if sym:
+            low = np.tril_indices(shape[0], -1)
+            out[low] = out.T[low]
+        return out
 
     @staticmethod
     def _series(pend, rho, i1, i2, ca, cb, kmax, out):
