@@ -178,9 +178,9 @@ class _Coefficients:
             first = np.where(bad.any(axis=1), np.argmax(bad, axis=1) - 1, kmax)
             first = np.where(np.abs(e - ec) <= TOL_COEFF * scale**2, first, -1)
             self.a[rows], self.energy[rows], self.usable[rows] = a, e, first
-        # the tail is a difference of two sums of size E f^2: below ~k eps E f^2 it is rounding, and a
+        # the tail is a difference of two sums of size E f^2: below a few eps E f^2 it is rounding, and a
         # tail rounded to 0 would make the Cauchy-Schwarz bound 0 whatever the other factor's tail
-        floor = _EPS * (16.0 + np.arange(kmax + 1.0))[None, :] * self.energy[:, None]
+        floor = 8.0 * _EPS * self.energy[:, None]
         self.at = np.ascontiguousarray(self.a.T)
         with np.errstate(invalid="ignore"):
             self.tail = np.maximum(self.energy[:, None] - np.cumsum(self.a * self.a, axis=1), floor)

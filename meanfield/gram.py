@@ -15,7 +15,8 @@ post-activation signal and the NTK T12 = Theta(x, x')). Pushing symbols
 (activations contribute their closed-form two-point moments
 ``Activation.kernel`` / ``Activation.derivative_kernel``: the arc-cosine
 kernels for ReLU-like phi, Williams' erf kernel, the GELU kernel; any other
-activation a Gaussian quadrature); it is compiled once to numpy and applied
+activation the Hermite series of :mod:`meanfield._gram_quadrature`, with its
+truncation bound, over the whole array); it is compiled once to numpy and applied
 to whole (n1, n2) arrays, layer after layer. The diagonal K(x, x) is the same
 map at K1 = K2 = K12.
 
