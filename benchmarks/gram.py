@@ -1,6 +1,6 @@
 """Benchmark: meanfield.kernels (NNGP + NTK Gram matrices) for n x n inputs at depth 10 and 50.
 
-Run as ``python benchmarks/gram.py [--quadrature]`` (not part of pytest): one thread, best of
+Run as ``python benchmarks/gram.py [--quadrature] [--only=tanh,SiLU]`` (not part of pytest): one thread, best of
 3 (``--quadrature``: tanh and SiLU, whose two-point moments are computed by the Hermite series of
 meanfield/_gram_quadrature.py; best of 1) after a warm-up call (which builds and compiles the block map from the tree),
 CPU time of this process (time.process_time), so the shared machine's load does not count. Inputs: n Gaussian rows of dimension 64 with norms spread over
@@ -42,7 +42,10 @@ def main():
     repeat = 1 if quad else 3
     rng = np.random.default_rng(0)
     rows = []
+    only = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")]
     for name, arch, sw, sb in (QUADRATURE if quad else CASES):
+        if only and name not in only[0].split(","):
+            continue
         t = time.perf_counter()
         mf.kernels(arch, rng.standard_normal((2, 4)), depth=2, sigma_w=sw, sigma_b=sb)
         build = time.perf_counter() - t
