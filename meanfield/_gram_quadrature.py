@@ -30,7 +30,7 @@ Error control
   |sum_{k>N} rho^k a_k b_k| <= |rho|^(N+1) sqrt(T_f(N) T_g(N)),
   T_f(N) = E[f(u)^2] - sum_{k<=N} a_k^2 (the tail of f's Hermite energy,
   computed from the same one-point rule). Each entry takes the smallest N of
-  the ladder 8, 16, ..., kmax whose bound is below ``TOL`` = 1e-13 of
+  the ladder 8, 16, ..., kmax whose bound is below ``TOL`` = 1e-14 of
   sqrt(E[f(u)^2] E[g(v)^2]) (the Cauchy-Schwarz bound of the value itself).
   The series is a polynomial in rho: no sqrt(1 - rho^2), no loss of
   precision for near-parallel or antiparallel inputs.
@@ -201,9 +201,13 @@ def _one_point(f, g, cuts, K, h0):
         v, vc, a = F @ w, F @ wc, np.abs(F) @ w
         out[rows] = v
         for i in np.nonzero(~(np.abs(v - vc) <= TOL_COEFF * a))[0]:
-            from .gaussian import expect
+            from .gaussian import quad1
 
-            out[rows[i]] = float(expect(lambda x: f(x) * g(x), K[rows[i]], cuts))
+            val, _, _, conv = quad1(lambda x: f(x) * g(x), np.sqrt(K[rows[i]]), cuts)
+            if not conv:
+                raise ValueError(f"one-point Gaussian quadrature did not reach its tolerance at K={K[rows[i]]:.6g}; "
+                                 "see meanfield.gram, Numerics")
+            out[rows[i]] = val
     return out
 
 
