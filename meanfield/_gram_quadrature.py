@@ -389,21 +389,25 @@ class ProductMoment:
 # The hook: two-point expectations of products in an expression.
 # ---------------------------------------------------------------------------
 def separable_factors(lam: sp.Lambda):
-    """(P(x), Q(y)) with lam(x, y) = P(x) Q(y), or None when the integrand does not factor."""
+    """(c, P(x), Q(x)) with lam(x, y) = c P(x) Q(y), c a number, or None when the integrand does not
+    factor. The constant is kept apart so that phi(x) phi(y) with phi = lambda * psi (SELU) is seen as
+    a product of one function with itself."""
     a, b = lam.variables
     expr = sp.sympify(lam.expr)
-    P, Q = sp.Integer(1), sp.Integer(1)
+    c, P, Q = sp.Integer(1), sp.Integer(1), sp.Integer(1)
     for fac in sp.Mul.make_args(expr):
         fs = fac.free_symbols
-        if b not in fs:
+        if not fs:
+            c = c * fac
+        elif b not in fs:
             P = P * fac
         elif a not in fs:
             Q = Q * fac
         else:
             return None
-    if (P.free_symbols | Q.free_symbols) - {a, b}:
+    if (P.free_symbols | Q.free_symbols) - {a, b} or not c.is_number:
         return None
-    return P, Q.subs(b, a)
+    return c, P, Q.subs(b, a)
 
 
 def vectorise_expectations(exprs):
@@ -421,14 +425,16 @@ def vectorise_expectations(exprs):
             return node
         if lam not in names:
             x = lam.variables[0]
-            P, Q = fac
+            c, P, Q = fac
             same = sp.simplify(P - Q) == 0
             f = numpy_function(sp.Lambda(x, P))
             g = f if same else numpy_function(sp.Lambda(x, Q))
             cf = pieces(sp.Lambda(x, P)).float_cuts
             cg = cf if same else pieces(sp.Lambda(x, Q)).float_cuts
             name = f"_mf_G{len(names)}"
-            namespace[name] = ProductMoment(f, g, cf, cg, same)
+            pm = ProductMoment(f, g, cf, cg, same)
+            c = float(c)
+            namespace[name] = pm if c == 1.0 else (lambda K1, K2, K12, pm=pm, c=c: c * pm(K1, K2, K12))
             names[lam] = sp.Function(name)
         return names[lam](*node.args[1:])
 
