@@ -186,7 +186,8 @@ def _inputs(n=40, d=10, seed=2):
     return x
 
 
-@pytest.mark.parametrize("act, sw, sb", [("tanh", 1.5, 0.1), ("silu", 1.7, 0.2), ("tanh", 4.0, 0.0), ("selu", 1.2, 0.1)])
+@pytest.mark.parametrize("act, sw, sb", [("tanh", 1.5, 0.1), ("silu", 1.7, 0.2), ("tanh", 4.0, 0.0),
+                                         ("selu", 1.2, 0.1)])
 def test_symmetric_psd_finite(act, sw, sb):
     x = _inputs()
     r = mf.kernels(act, x, depth=10, sigma_w=sw, sigma_b=sb)
