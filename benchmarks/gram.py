@@ -1,7 +1,8 @@
 """Benchmark: meanfield.kernels (NNGP + NTK Gram matrices) for n x n inputs at depth 10 and 50.
 
-Run as ``python benchmarks/gram.py`` (not part of pytest): one thread, best of
-3 after a warm-up call (which builds and compiles the block map from the tree),
+Run as ``python benchmarks/gram.py [--quadrature] [--only=tanh,SiLU]`` (not part of pytest): one thread, best of
+3 (``--quadrature``: tanh and SiLU, whose two-point moments are computed by the Hermite series of
+meanfield/_gram_quadrature.py; best of 1) after a warm-up call (which builds and compiles the block map from the tree),
 CPU time of this process (time.process_time), so the shared machine's load does not count. Inputs: n Gaussian rows of dimension 64 with norms spread over
 [0.1, 3]. Prints a markdown table for benchmarks/README.md (section "gram").
 """
@@ -14,6 +15,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import platform  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -22,6 +24,7 @@ import meanfield as mf  # noqa: E402
 
 CASES = [("ReLU", mf.Architecture("relu"), 1.5, 0.1), ("erf", mf.Architecture("erf"), 1.5, 0.1),
          ("GELU + ln_post", mf.Architecture("gelu", norm="ln_post"), 1.5, 0.1)]
+QUADRATURE = [("tanh", mf.Architecture("tanh"), 1.5, 0.1), ("SiLU", mf.Architecture("silu"), 1.5, 0.1)]
 
 
 def best(f, repeat=3):
@@ -35,9 +38,14 @@ def best(f, repeat=3):
 
 
 def main():
+    quad = "--quadrature" in sys.argv[1:]
+    repeat = 1 if quad else 3
     rng = np.random.default_rng(0)
     rows = []
-    for name, arch, sw, sb in CASES:
+    only = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")]
+    for name, arch, sw, sb in (QUADRATURE if quad else CASES):
+        if only and name not in only[0].split(","):
+            continue
         t = time.perf_counter()
         mf.kernels(arch, rng.standard_normal((2, 4)), depth=2, sigma_w=sw, sigma_b=sb)
         build = time.perf_counter() - t
@@ -45,13 +53,13 @@ def main():
         for n in (100, 1000):
             x = rng.standard_normal((n, 64)) * rng.uniform(0.1, 3.0, size=(n, 1))
             for depth in (10, 50):
-                times[n, depth] = best(lambda: mf.kernels(arch, x, depth=depth, sigma_w=sw, sigma_b=sb))
+                times[n, depth] = best(lambda: mf.kernels(arch, x, depth=depth, sigma_w=sw, sigma_b=sb), repeat)
                 times[n, depth, "nngp"] = best(lambda: mf.kernels(arch, x, depth=depth, sigma_w=sw,
-                                                                  sigma_b=sb, get="nngp"))
+                                                                  sigma_b=sb, get="nngp"), repeat)
         rows.append((name, build, times))
     print(f"`python benchmarks/gram.py` ({time.strftime('%Y-%m-%d')}; {platform.machine()}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}; one thread, "
-          "CPU time (process_time), best of 3; "
+          f"CPU time (process_time), best of {repeat}; "
           f"load average {os.getloadavg()[0]:.1f} at the end).\n")
     print("| architecture | first call (build + compile) | n=100, depth 10 | n=100, depth 50 | n=1000, depth 10 "
           "| n=1000, depth 50 | n=1000, depth 50, NNGP only |")

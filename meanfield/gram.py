@@ -15,7 +15,8 @@ post-activation signal and the NTK T12 = Theta(x, x')). Pushing symbols
 (activations contribute their closed-form two-point moments
 ``Activation.kernel`` / ``Activation.derivative_kernel``: the arc-cosine
 kernels for ReLU-like phi, Williams' erf kernel, the GELU kernel; any other
-activation a Gaussian quadrature); it is compiled once to numpy and applied
+activation the Hermite series of :mod:`meanfield._gram_quadrature`, with its
+truncation bound, over the whole array); it is compiled once to numpy and applied
 to whole (n1, n2) arrays, layer after layer. The diagonal K(x, x) is the same
 map at K1 = K2 = K12.
 
@@ -201,9 +202,19 @@ def _values(spec) -> tuple:
 
 
 def _lambdify(args, exprs):
+    from .gaussian import GaussianExpectation2
     from .symbolic import _numeric_expectations
 
-    exprs, namespace = _numeric_expectations([_safe(e) for e in exprs])
+    exprs = [_safe(e) for e in exprs]
+    vectorised = {}
+    if any(sp.sympify(e).has(GaussianExpectation2) for e in exprs):
+        # two-point moments of products f(u) g(v) over whole arrays (the Hermite series with error
+        # control, meanfield/_gram_quadrature.py) instead of one nested rule per entry
+        from ._gram_quadrature import vectorise_expectations
+
+        exprs, vectorised = vectorise_expectations(exprs)
+    exprs, namespace = _numeric_expectations(exprs)
+    namespace.update(vectorised)
     namespace.update(_mf_corr=_corr, _mf_acos=lambda a: np.arccos(_clip1(a)), _mf_asin=lambda a: np.arcsin(_clip1(a)),
                      _mf_sqrt=_sqrt0)
     return sp.lambdify(args, exprs, modules=[namespace, "numpy", "scipy"], cse=True)

@@ -1,0 +1,442 @@
+r"""Two-point Gaussian moments E[f(u) g(v)] over whole Gram matrices (issue 12).
+
+``meanfield.kernels`` needs, at every layer and for every pair of inputs,
+E[phi(u) phi(v)] and E[phi'(u) phi'(v)] with (u, v) zero-mean Gaussian,
+Var u = K1, Var v = K2, Cov = K12. For activations without a closed two-point
+form (tanh, SiLU, softplus, ELU/SELU, user activations) the general engine of
+:func:`meanfield.gaussian.expect2` nests a ~500-node rule in itself for every
+entry (~0.1 s per entry and layer). The integrands here are products
+f(u) g(v), and that structure gives a method whose cost per entry is a few
+dozen multiply-adds.
+
+Method: Mehler's expansion
+--------------------------
+With u = sqrt(K1) z1, v = sqrt(K2) z2, (z1, z2) standard normals with
+correlation rho = K12 / sqrt(K1 K2), Mehler's formula (the bivariate normal
+density expanded in Hermite polynomials; e.g. Kibble 1945, or
+O'Donnell, *Analysis of Boolean Functions*, 11.2) gives
+
+    E[f(u) g(v)] = sum_k rho^k a_k(K1) b_k(K2),
+    a_k(K) = E[f(sqrt(K) z) h_k(z)],  b_k(K) = E[g(sqrt(K) z) h_k(z)],
+
+h_k = He_k / sqrt(k!) the orthonormal (probabilists') Hermite polynomials.
+The coefficients are one-point integrals of each input alone (n of them per
+layer for n inputs: the diagonal values are shared by rows and columns), and
+the Gram matrix is a Horner sum of rank-one terms, compiled with numba.
+
+Error control
+-------------
+* Truncation, rigorous: by Cauchy-Schwarz and Parseval,
+  |sum_{k>N} rho^k a_k b_k| <= |rho|^(N+1) sqrt(T_f(N) T_g(N)),
+  T_f(N) = E[f(u)^2] - sum_{k<=N} a_k^2 (the tail of f's Hermite energy,
+  computed from the same one-point rule). Each entry takes the smallest N of
+  the ladder 8, 16, ..., kmax whose bound is below ``TOL`` = 1e-14 of
+  sqrt(E[f(u)^2] E[g(v)^2]) (the Cauchy-Schwarz bound of the value itself).
+  The series is a polynomial in rho: no sqrt(1 - rho^2), no loss of
+  precision for near-parallel or antiparallel inputs.
+* Coefficients: the one-point engine's rule (:data:`meanfield.gaussian.QUAD1_SOURCE`:
+  exp-sinh from z = 0 and the breakpoints of f, tanh-sinh between them,
+  log-uniform near them, so that tanh(sqrt(K) z) is resolved at any K),
+  with step 1/64 in t for k <= 128 and 1/128 for k <= 256. The even nodes
+  form the rule of twice the step; a coefficient is used only where the two
+  agree to 1e-8 of sqrt(E f^2) (the trapezoid rule in t converges
+  exponentially, so the finer rule is then at rounding level, as in the
+  one-point engine; measured against mpmath: 1e-16 absolute for tanh(s z),
+  s = 1..32, k <= 255).
+* Entries the series does not settle (|rho| close to 1 with slowly decaying
+  Hermite coefficients: a kinked f, as ELU' or a user activation with a
+  kink, or a step-like f at large K) are computed one by one with the
+  nested engine of :func:`meanfield.gaussian.expect2` (its own error
+  control); one that does not converge there is a ValueError, never a
+  number.
+* Identical arguments (K1 = K2 = K12, the diagonal and repeated inputs) get
+  the one-point E[f(u) g(u)] on the same rule, which is also the series'
+  limit at rho = 1 (sum a_k b_k + the tail), so the diagonal is pinned to the
+  one-point map as ``kernels`` requires.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import sympy as sp
+
+__all__ = ["separable_factors", "ProductMoment", "vectorise_expectations"]
+
+#: truncation tolerance, relative to sqrt(E[f(u)^2] E[g(v)^2])
+TOL = 1e-14
+#: a coefficient is used where the rule and the rule of twice its step agree to this (of sqrt(E f^2))
+TOL_COEFF = 1e-8
+#: (largest k, step in t of the coefficients' rule): the levels tried in turn
+LEVELS = ((64, 1.0 / 64), (128, 1.0 / 64), (256, 1.0 / 128))
+_LADDER = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+_EPS = np.finfo(np.float64).eps
+
+
+# ---------------------------------------------------------------------------
+# The one-point rule and the Hermite tables.
+# ---------------------------------------------------------------------------
+@functools.lru_cache(maxsize=64)
+def _rule(zc_bytes: bytes, h0: float):
+    """Nodes z, weights w (standard normal), and the weights of the rule of twice the step, for
+    breakpoints zc (z = 0 and cuts / sqrt(K)): the one-point engine's base rule at step h0."""
+    from .gaussian import QUAD_ES_T, QUAD_TS_T, _engine
+
+    seg = _engine()["_segment"]
+    zc = np.frombuffer(zc_bytes, dtype=np.float64)
+    z0, w0 = seg(zc, 0, h0, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T)
+    z1, w1 = seg(zc, 1, h0, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T)
+    z = np.concatenate([z0, z1])
+    w = np.concatenate([w0, w1])
+    wc = np.concatenate([2.0 * w0, np.zeros_like(w1)])
+    # nodes of weight below 1e-22 (u < ~1e-21 next to a breakpoint, |z| > ~9.8 in the tails: a quarter
+    # of the rule) carry less than 1e-20 of the Gaussian mass; activations grow at most linearly
+    keep = w > 1e-22
+    return z[keep], w[keep], wc[keep]
+
+
+@functools.lru_cache(maxsize=64)
+def _hermite(zc_bytes: bytes, h0: float, kmax: int):
+    """h_k(z_i) = He_k(z_i) / sqrt(k!) on the nodes of :func:`_rule`, shape (kmax + 1, nodes), by the
+    three-term recurrence h_{k+1} = (z h_k - sqrt(k) h_{k-1}) / sqrt(k + 1) (no overflow: |h_k(z)|
+    <= ~exp(z^2 / 4), and the nodes stop at |z| ~ 20)."""
+    z = _rule(zc_bytes, h0)[0]
+    H = np.empty((kmax + 1, z.size))
+    H[0] = 1.0
+    if kmax >= 1:
+        H[1] = z
+    for k in range(1, kmax):
+        H[k + 1] = (z * H[k] - np.sqrt(k) * H[k - 1]) / np.sqrt(k + 1.0)
+    return H
+
+
+def _breaks(s: float, cuts: np.ndarray) -> np.ndarray:
+    from .gaussian import QUAD_ZMAX, _engine
+
+    return _engine()["_breaks"](s, cuts, QUAD_ZMAX)
+
+
+def _groups(s: np.ndarray, cuts: np.ndarray) -> dict:
+    """Rows grouped by their breakpoint set in z (None: s = 0). Without cuts every s > 0 has the
+    set {0}, so no per-row work is done."""
+    pos = s > 0
+    if cuts.size == 0:
+        out = {np.zeros(1).tobytes(): np.nonzero(pos)[0]}
+    else:
+        out = {}
+        for i in np.nonzero(pos)[0]:
+            out.setdefault(_breaks(float(s[i]), cuts).tobytes(), []).append(i)
+        out = {k: np.array(v) for k, v in out.items()}
+    if (~pos).any():
+        out[None] = np.nonzero(~pos)[0]
+    return {k: v for k, v in out.items() if len(v)}
+
+
+def _used(idx, m):
+    """The sorted distinct values of an index array into range(m) (np.unique without sorting 1e6 entries)."""
+    mask = np.zeros(m, dtype=bool)
+    mask[idx] = True
+    return np.nonzero(mask)[0]
+
+
+def _at_zero(f):
+    # K = 0: f(0), the mean of f(0+) and f(0-) where f jumps there
+    return 0.5 * (f(np.array([1e-300]))[0] + f(np.array([-1e-300]))[0])
+
+
+class _Coefficients:
+    """Hermite coefficients a_k(K) of one function f for a set of variances K (rows).
+
+    ``a``: (m, kmax + 1); ``energy``: E[f(sqrt(K) z)^2]; ``tail``: (m, kmax + 1),
+    E f^2 - sum_{j<=k} a_j^2 (>= 0); ``usable``: (m,) the largest k whose coefficients
+    (and all below) passed the step-doubling test (-1: not even E f^2 did)."""
+
+    def __init__(self, f, cuts, K, kmax, h0):
+        m = K.size
+        self.a = np.zeros((m, kmax + 1))
+        self.energy = np.zeros(m)
+        self.usable = np.full(m, kmax)
+        s = np.sqrt(K)
+        for key, rows in _groups(s, cuts).items():
+            if key is None:
+                f0 = _at_zero(f)
+                self.a[rows, 0] = f0
+                self.energy[rows] = f0 * f0
+                continue
+            z, w, wc = _rule(key, h0)
+            H = _hermite(key, h0, kmax)
+            F = f(s[rows, None] * z[None, :])
+            F = np.where(w[None, :] > 0.0, F, 0.0)
+            even = wc > 0.0
+            a = (F * w) @ H.T
+            Fe = F[:, even]
+            ac = (Fe * wc[even]) @ H[:, even].T
+            e, ec = (F * F) @ w, (Fe * Fe) @ wc[even]
+            scale = np.sqrt(np.maximum(e, 1e-300))
+            bad = ~(np.abs(a - ac) <= TOL_COEFF * scale[:, None])
+            # the first k that failed bounds what is usable (higher ones oscillate faster)
+            first = np.where(bad.any(axis=1), np.argmax(bad, axis=1) - 1, kmax)
+            first = np.where(np.abs(e - ec) <= TOL_COEFF * scale**2, first, -1)
+            self.a[rows], self.energy[rows], self.usable[rows] = a, e, first
+        # the tail is a difference of two sums of size E f^2: below a few eps E f^2 it is rounding, and a
+        # tail rounded to 0 would make the Cauchy-Schwarz bound 0 whatever the other factor's tail
+        floor = 8.0 * _EPS * self.energy[:, None]
+        self.at = np.ascontiguousarray(self.a.T)
+        with np.errstate(invalid="ignore"):
+            self.tail = np.maximum(self.energy[:, None] - np.cumsum(self.a * self.a, axis=1), floor)
+
+
+def _one_point(f, g, cuts, K, h0):
+    """E[f(u) g(u)], u ~ N(0, K), for an array of K (the rule of the coefficients; where it and the
+    rule of twice its step disagree by more than TOL_COEFF, the package's adaptive one-point engine)."""
+    out = np.empty(K.size)
+    s = np.sqrt(K)
+    for key, rows in _groups(s, cuts).items():
+        if key is None:
+            out[rows] = _at_zero(f) * _at_zero(g)
+            continue
+        z, w, wc = _rule(key, h0)
+        h = s[rows, None] * z[None, :]
+        F = np.where(w[None, :] > 0.0, f(h) * g(h), 0.0)
+        v, vc, a = F @ w, F @ wc, np.abs(F) @ w
+        out[rows] = v
+        for i in np.nonzero(~(np.abs(v - vc) <= TOL_COEFF * a))[0]:
+            from .gaussian import quad1
+
+            val, _, _, conv = quad1(lambda x: f(x) * g(x), np.sqrt(K[rows[i]]), cuts)
+            if not conv:
+                raise ValueError(f"one-point Gaussian quadrature did not reach its tolerance at K={K[rows[i]]:.6g}; "
+                                 "see meanfield.gram, Numerics")
+            out[rows[i]] = val
+    return out
+
+
+from ._cache import install_locator  # noqa: E402
+
+install_locator()  # numba's cache of the kernel goes to meanfield's cache folder, never the package
+
+from numba import njit  # noqa: E402  (this module is imported only when kernels needs a quadrature)
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _series_sum(i1, i2, rho, AT, BT, EA, EB, TA, TB, UA, UB, ladder, tol, out):
+    """The truncated series for every pair p (AT, BT: coefficients, transposed (kmax + 1, m); EA, EB:
+    E f^2; TA, TB: tails (m, kmax + 1); UA, UB: usable orders). Each pair needs the smallest N of
+    ``ladder`` with |rho|^(N+1) sqrt(TA[N] TB[N]) <= tol sqrt(EA EB) and N <= both usable orders
+    (-1 in the returned orders: none): out[p] = sum_{k<=N} rho^k A[k] B[k]."""
+    n = rho.size
+    order = np.full(n, -1, np.int64)
+    blk = 128
+    acc = np.empty(blk)
+    for start in range(0, n, blk):
+        stop = min(start + blk, n)
+        kmax = 0
+        for p in range(start, stop):
+            a = i1[p]
+            b = i2[p]
+            r = abs(rho[p])
+            scale = tol * np.sqrt(EA[a] * EB[b])
+            use = min(UA[a], UB[b])
+            rk = r ** ladder[0]
+            prev = ladder[0]
+            for j in range(ladder.size):
+                N = ladder[j]
+                if N > use:
+                    break
+                rk *= r ** (N - prev)
+                prev = N
+                if scale == 0.0 or rk * r * np.sqrt(TA[a, N] * TB[b, N]) <= scale:
+                    order[p] = N
+                    break
+            if order[p] > kmax:
+                kmax = order[p]
+        for p in range(start, stop):
+            acc[p - start] = 0.0
+        # Horner over the block, k outermost: the inner loop runs over independent accumulators
+        for k in range(kmax, -1, -1):
+            ak = AT[k]
+            bk = BT[k]
+            for p in range(start, stop):
+                # terms above a pair's own order are left out (a select, not a branch: vectorised), so
+                # the result depends on the pair alone (K(a, b) = K(b, a) exactly)
+                t = ak[i1[p]] * bk[i2[p]] if k <= order[p] else 0.0
+                acc[p - start] = acc[p - start] * rho[p] + t
+        for p in range(start, stop):
+            if order[p] >= 0:
+                out[p] = acc[p - start]
+    return order
+
+
+# ---------------------------------------------------------------------------
+# E[f(u) g(v)] over arrays.
+# ---------------------------------------------------------------------------
+class ProductMoment:
+    """(K1, K2, K12) -> E[f(u) g(v)], broadcasting over arrays (see the module notes).
+
+    ``f``, ``g``: vectorised float64 numpy functions of one array; ``cuts_f``,
+    ``cuts_g``: their breakpoints (kinks, jumps) in u and v; ``same``: g is f.
+    ValueError where no method reaches the tolerance.
+    """
+
+    def __init__(self, f, g, cuts_f=(), cuts_g=(), same=False):
+        self.f, self.g = f, g
+        self.cuts_f = np.asarray(cuts_f, dtype=np.float64).ravel()
+        self.cuts_g = np.asarray(cuts_g, dtype=np.float64).ravel()
+        self.same = same
+        self._energy = None   # (sorted K, E f(sqrt(K) z)^2) of the last coefficients (f = g only)
+
+    def _nested(self):
+        from .gaussian import interpreted_expect2
+
+        f, g = self.f, self.g
+        cv = np.concatenate([[0.0], self.cuts_g])
+        return interpreted_expect2(lambda u, v: f(u) * g(v), self.cuts_f, cv)
+
+    def __call__(self, K1, K2, K12):
+        K1, K2, K12 = (np.asarray(a, dtype=np.float64) for a in (K1, K2, K12))
+        shape = np.broadcast_shapes(K1.shape, K2.shape, K12.shape)
+        # distinct variances from the arrays as given (K1 is usually a column, K2 a row)
+        u1, inv1 = np.unique(K1, return_inverse=True)
+        u2, inv2 = np.unique(K2, return_inverse=True)
+        i1 = np.broadcast_to(inv1.reshape(K1.shape), shape).ravel()
+        i2 = np.broadcast_to(inv2.reshape(K2.shape), shape).ravel()
+        k1 = u1[i1]
+        k2 = u2[i2]
+        k12 = np.broadcast_to(K12, shape).ravel()
+        out = np.full(k12.size, np.nan)
+        ok = np.isfinite(k1) & np.isfinite(k2) & np.isfinite(k12) & (k1 >= 0) & (k2 >= 0)
+        if not ok.all():
+            # a non-finite state upstream stays NaN (kernels refuses it); a negative variance is a bug
+            if np.any((k1 < 0) | (k2 < 0)):
+                raise ValueError("K1 and K2 must be variances >= 0")
+        with np.errstate(all="ignore"):
+            d = np.sqrt(k1 * k2)
+            rho = np.where(d > 0, np.clip(k12 / np.where(d > 0, d, 1.0), -1.0, 1.0), 0.0)
+        identical = ok & (k1 == k2) & (k12 == k1)
+        todo = ok & ~identical
+        sym = (self.same and len(shape) == 2 and shape[0] == shape[1] and K12.shape == shape
+               and K1.shape == (shape[0], 1) and K2.shape == (1, shape[0])
+               and np.array_equal(K1.ravel(), K2.ravel()) and np.array_equal(K12, K12.T))
+        if sym:
+            # a symmetric Gram matrix (x2 = None): the upper triangle, mirrored at the end
+            todo &= np.triu(np.ones(shape, dtype=bool)).ravel()
+        pend = np.nonzero(todo)[0]
+        for kmax, h0 in LEVELS:
+            if pend.size == 0:
+                break
+            # coefficients only for the variances the pending entries use
+            n1, n2 = _used(i1[pend], u1.size), _used(i2[pend], u2.size)
+            ca = _Coefficients(self.f, self.cuts_f, u1[n1], kmax, h0)
+            if self.same and h0 == LEVELS[0][1]:
+                ok_e = ca.usable >= 0
+                self._energy = (u1[n1][ok_e], ca.energy[ok_e])
+            cb = ca if (self.same and np.array_equal(u1[n1], u2[n2])) else \
+                _Coefficients(self.g, self.cuts_g, u2[n2], kmax, h0)
+            pos1 = np.zeros(u1.size, dtype=np.int64)
+            pos1[n1] = np.arange(n1.size)
+            pos2 = np.zeros(u2.size, dtype=np.int64)
+            pos2[n2] = np.arange(n2.size)
+            pend = self._series(pend, rho, pos1[i1], pos2[i2], ca, cb, kmax, out)
+        if identical.any():
+            # the one-point E[f(u) g(u)] (the series' limit at rho = 1): the diagonal stays the one-point map
+            idx = np.nonzero(identical)[0]
+            need = _used(i1[idx], u1.size)
+            vals = np.zeros(u1.size)
+            # kernels asks for the off-diagonal entries first, then the diagonal at the same variances:
+            # E[f^2] is then the energy of the coefficients just computed (the same rule and sum)
+            known = np.zeros(need.size, dtype=bool)
+            if self.same and self._energy is not None:
+                ku, ke = self._energy
+                j = np.minimum(np.searchsorted(ku, u1[need]), ku.size - 1)
+                known = ku[j] == u1[need]
+                vals[need[known]] = ke[j[known]]
+            rest = need[~known]
+            if rest.size:
+                vals[rest] = _one_point(self.f, self.g, np.union1d(self.cuts_f, self.cuts_g), u1[rest],
+                                        LEVELS[0][1])
+            out[idx] = vals[i1[idx]]
+        if pend.size:
+            E = self._nested()
+            for p in pend:
+                a, b = float(k1[p]), float(k2[p])
+                # f = g: the arguments in one order, so that the matrix is exactly symmetric
+                out[p] = E(b, a, float(k12[p])) if self.same and b < a else E(a, b, float(k12[p]))
+            if np.any(np.isnan(out[pend])):
+                bad = pend[np.isnan(out[pend])][0]
+                raise ValueError(f"two-point Gaussian quadrature did not reach its tolerance at K1={k1[bad]:.6g}, "
+                                 f"K2={k2[bad]:.6g}, K12={k12[bad]:.17g} (neither the Hermite series nor the "
+                                 "nested exp-sinh rule); see meanfield.gram, Numerics")
+        out = out.reshape(shape)
+        if sym:
+            low = np.tril_indices(shape[0], -1)
+            out[low] = out.T[low]
+        return out
+
+    @staticmethod
+    def _series(pend, rho, i1, i2, ca, cb, kmax, out):
+        """Sum the series where its bound passes; return the entries it did not settle."""
+        ladder = np.array([N for N in _LADDER if N <= kmax], dtype=np.int64)
+        vals = np.empty(pend.size)
+        order = _series_sum(np.ascontiguousarray(i1[pend]), np.ascontiguousarray(i2[pend]),
+                            np.ascontiguousarray(rho[pend]), ca.at, cb.at, ca.energy, cb.energy, ca.tail, cb.tail,
+                            ca.usable.astype(np.int64), cb.usable.astype(np.int64), ladder, TOL, vals)
+        done = order >= 0
+        out[pend[done]] = vals[done]
+        return pend[~done]
+
+
+# ---------------------------------------------------------------------------
+# The hook: two-point expectations of products in an expression.
+# ---------------------------------------------------------------------------
+def separable_factors(lam: sp.Lambda):
+    """(c, P(x), Q(x)) with lam(x, y) = c P(x) Q(y), c a number, or None when the integrand does not
+    factor. The constant is kept apart so that phi(x) phi(y) with phi = lambda * psi (SELU) is seen as
+    a product of one function with itself."""
+    a, b = lam.variables
+    expr = sp.sympify(lam.expr)
+    c, P, Q = sp.Integer(1), sp.Integer(1), sp.Integer(1)
+    for fac in sp.Mul.make_args(expr):
+        fs = fac.free_symbols
+        if not fs:
+            c = c * fac
+        elif b not in fs:
+            P = P * fac
+        elif a not in fs:
+            Q = Q * fac
+        else:
+            return None
+    if (P.free_symbols | Q.free_symbols) - {a, b} or not c.is_number:
+        return None
+    return c, P, Q.subs(b, a)
+
+
+def vectorise_expectations(exprs):
+    """Replace the two-point expectations of products f(u) g(v) in ``exprs`` by :class:`ProductMoment`
+    calls. Returns (exprs', namespace); other expectations are left for
+    :func:`meanfield.symbolic._numeric_expectations`."""
+    from .gaussian import GaussianExpectation2, numpy_function, pieces
+
+    namespace, names = {}, {}
+
+    def replace(node):
+        lam = node.args[0]
+        fac = separable_factors(lam)
+        if fac is None:
+            return node
+        if lam not in names:
+            x = lam.variables[0]
+            c, P, Q = fac
+            same = sp.simplify(P - Q) == 0
+            f = numpy_function(sp.Lambda(x, P))
+            g = f if same else numpy_function(sp.Lambda(x, Q))
+            cf = pieces(sp.Lambda(x, P)).float_cuts
+            cg = cf if same else pieces(sp.Lambda(x, Q)).float_cuts
+            name = f"_mf_G{len(names)}"
+            pm = ProductMoment(f, g, cf, cg, same)
+            c = float(c)
+            namespace[name] = pm if c == 1.0 else (lambda K1, K2, K12, pm=pm, c=c: c * pm(K1, K2, K12))
+            names[lam] = sp.Function(name)
+        return names[lam](*node.args[1:])
+
+    out = [sp.sympify(e).replace(lambda e: isinstance(e, GaussianExpectation2), replace) for e in exprs]
+    return out, namespace
