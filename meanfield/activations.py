@@ -364,8 +364,10 @@ class Gelu(Activation):
         return K / 4 + K / (2 * _pi) * self._angle(K) + K**2 / (_pi * (1 + K) * sp.sqrt(1 + 2 * K))
 
     def derivative_second_moment(self, K):
+        # K (3 + 5K) / ((1 + K)(1 + 2K)^{3/2}) written as K (5 + 1/(1 + 2K)) / (2 (1 + K) sqrt(1 + 2K)):
+        # no factor overflows before K ~ 1e205 (the expanded form was inf / inf = NaN at K = 1e200)
         return sp.Rational(1, 4) + (self._angle(K)
-                                    + K * (3 + 5 * K) / ((1 + K) * (1 + 2 * K) ** sp.Rational(3, 2))) / (2 * _pi)
+                                    + K * (5 + 1 / (1 + 2 * K)) / (2 * (1 + K) * sp.sqrt(1 + 2 * K))) / (2 * _pi)
 
     def mean(self, K):
         return K / sp.sqrt(2 * _pi * (1 + K))
