@@ -194,36 +194,37 @@ def test_cli_kernels_on_images(tmp_path):
     np.testing.assert_array_equal(back.ntk, r.ntk)
 
 
-@pytest.mark.slow
-def test_monte_carlo_deep_wide():
-    """Depth 20, 512 channels, T = 32 tokens, Mixer (erf, sigma_b = 0: the exact regime) near its critical
-    line (chi_J = 1.05 per block), 3 images. The NNGP, every entry, within 4.5 standard errors; the NTK
-    between different images within 4.5 SE + 4 depth/width (as for MLPs). The NTK's same-image entries
-    carry a finite-T excess (+50-58 % here, docs/gram.md) that the limit does not describe: they are
-    asserted at T = 64, below, with no token allowance."""
+DEEP, WIDE = 20, 512
+
+
+def _deep_wide_mixer(T):
+    """Mixer (erf, sigma_b = 0: the exact regime, mu = 0.8) near its critical line (chi_J = 1.05 per
+    block) at depth 20 and 512 channels, 3 images of T tokens, 8 initialisations: (theory, Monte Carlo,
+    off-diagonal mask)."""
     pytest.importorskip("torch")
     arch = Architecture("erf", block="mixer", mu=0.8)
-    depth, width, T = 20, 512, 32
-    x = _images(3, T, 2, seed=11)
-    r, e, z = _mc(arch, x, depth, 0.6, 0.0, width, 8, seed=3)
-    off = ~np.eye(3, dtype=bool)
+    r, e, z = _mc(arch, _images(3, T, 2, seed=11), DEEP, 0.6, 0.0, WIDE, 8, seed=3)
     print("max |z|", z, "rel. diag", np.diag(e.nngp) / np.diag(r.nngp) - 1, np.diag(e.ntk) / np.diag(r.ntk) - 1)
+    return r, e, ~np.eye(3, dtype=bool)
+
+
+@pytest.mark.slow
+def test_monte_carlo_deep_wide():
+    """T = 32: the NNGP, every entry, within 4.5 standard errors; the NTK between different images within
+    4.5 SE + 4 depth/width (as for MLPs). The NTK's same-image entries carry a finite-T excess (+50-58 %
+    here, docs/gram.md) that the limit does not describe: they are asserted at T = 64, below, with no
+    token allowance."""
+    r, e, off = _deep_wide_mixer(32)
     assert np.all(_agree(e.nngp, r.nngp, e.nngp_se, 0.0))
-    assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * depth / width)[off])
+    assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * DEEP / WIDE)[off])
 
 
 @pytest.mark.slow
 def test_monte_carlo_deep_wide_many_tokens():
-    """The same network with T = 64 tokens: the NTK's finite-T excess is small (+7-11% here, +18-26% at 1024
-    channels, docs/gram.md): all entries within 4.5 SE + 4 depth/width, no token allowance; the NNGP between
-    different images within 4.5 SE (its diagonal is 19-26% low at T/C = 1/8, a finite-channel effect of the
-    token mean, not asserted)."""
-    pytest.importorskip("torch")
-    arch = Architecture("erf", block="mixer", mu=0.8)
-    depth, width, T = 20, 512, 64
-    x = _images(3, T, 2, seed=11)
-    r, e, z = _mc(arch, x, depth, 0.6, 0.0, width, 8, seed=3)
-    off = ~np.eye(3, dtype=bool)
-    print("max |z|", z, "rel. diag", np.diag(e.nngp) / np.diag(r.nngp) - 1, np.diag(e.ntk) / np.diag(r.ntk) - 1)
-    assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * depth / width))
+    """T = 64: the NTK's finite-T excess is small (+7-11% here, +18-26% at 1024 channels, docs/gram.md):
+    all entries within 4.5 SE + 4 depth/width, no token allowance; the NNGP between different images
+    within 4.5 SE (its diagonal is 19-26% low at T/C = 1/8, a finite-channel effect of the token mean,
+    not asserted)."""
+    r, e, off = _deep_wide_mixer(64)
+    assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * DEEP / WIDE))
     assert np.all(_agree(e.nngp, r.nngp, e.nngp_se, 0.0)[off])
