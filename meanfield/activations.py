@@ -332,6 +332,7 @@ class Gelu(Activation):
     E[phi^2] = K/4 + K/(2 pi) arcsin(K/(1+K)) + K^2 / (pi (1+K) sqrt(1+2K))   (eq. 152)
     E[phi'^2] = 1/4 + 1/(2 pi) [arcsin(K/(1+K)) + K(3+5K)/((1+K)(1+2K)^{3/2})]  (eq. 154)
 
+    (evaluated with arcsin(K/(1+K)) = arctan(K/sqrt(1+2K)), exact near K/(1+K) = 1)
     E[phi] = K / sqrt(2 pi (1 + K))                                           (eq. 172)
 
     Two-point forms, with D = (1+K1)(1+K2) - K12^2 and
@@ -354,12 +355,19 @@ class Gelu(Activation):
     x phi(x) parts. Both reduce to eqs. 152 and 154 at K1 = K2 = K12 = K.
     """
 
+    @staticmethod
+    def _angle(K):
+        # arcsin(K/(1+K)) without rounding K/(1+K) near 1, where arcsin's slope is ~sqrt(K)
+        return sp.atan(K / sp.sqrt(1 + 2 * K))
+
     def second_moment(self, K):
-        return K / 4 + K / (2 * _pi) * sp.asin(K / (1 + K)) + K**2 / (_pi * (1 + K) * sp.sqrt(1 + 2 * K))
+        return K / 4 + K / (2 * _pi) * self._angle(K) + K**2 / (_pi * (1 + K) * sp.sqrt(1 + 2 * K))
 
     def derivative_second_moment(self, K):
-        return sp.Rational(1, 4) + (sp.asin(K / (1 + K))
-                                    + K * (3 + 5 * K) / ((1 + K) * (1 + 2 * K) ** sp.Rational(3, 2))) / (2 * _pi)
+        # K (3 + 5K) / ((1 + K)(1 + 2K)^{3/2}) written as K (5 + 1/(1 + 2K)) / (2 (1 + K) sqrt(1 + 2K)):
+        # no factor overflows before K ~ 1e205 (the expanded form was inf / inf = NaN at K = 1e200)
+        return sp.Rational(1, 4) + (self._angle(K)
+                                    + K * (5 + 1 / (1 + 2 * K)) / (2 * (1 + K) * sp.sqrt(1 + 2 * K))) / (2 * _pi)
 
     def mean(self, K):
         return K / sp.sqrt(2 * _pi * (1 + K))

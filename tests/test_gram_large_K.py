@@ -82,12 +82,11 @@ def test_gram_depth2_against_mpmath(act, sw):
                 assert abs(got - want) <= max(1e-13 * abs(want), 1e-15 * scale), (i, j, m, got, want)
 
 
-@pytest.mark.parametrize("act", ["erf"])
+@pytest.mark.parametrize("act", ["erf", "gelu"])
 @pytest.mark.parametrize("K0", [1e8, 1e12])
 def test_profile_at_large_K_against_mpmath(act, K0):
-    # erf's one-point form arcsin(2K/(1+2K)) is evaluated as an arctangent. (GELU's one-point forms keep
-    # arcsin(K/(1+K)): ~1e-16 sqrt(K) relative, 9e-14 at K = 1e8; the arctangent form moved the
-    # float64 Newton polish of its exact critical point by 3e-14, tests/test_solvers_near_critical.py)
+    # the one-point forms arcsin(2K/(1+2K)) (erf) and arcsin(K/(1+K)) (GELU) are evaluated as
+    # arctangents of the exact gap: rounded naively they lose ~1e-16 sqrt(K) relative
     f = {"erf": (mp.erf, lambda h: 2 / mp.sqrt(mp.pi) * mp.exp(-h * h)),
          "gelu": (lambda h: h * mp.ncdf(h), lambda h: mp.ncdf(h) + h * mp.npdf(h))}[act]
     p = mf.kernel_profile(act, depth=2, sigma_w=1.0, sigma_b=0.0, K0=K0)
@@ -127,3 +126,22 @@ def test_gelu_near_parallel_deep_chaos_against_mpmath():
         for (i, j) in K:
             assert abs(k.nngp[i, j] - K[i, j]) <= 1e-13 * K[i, j], (i, j)
             assert abs(k.ntk[i, j] - T[i, j]) <= 1e-13 * T[i, j], (i, j)
+
+
+def test_gelu_profile_deep_chaos_against_mpmath():
+    # chaotic GELU: K grows ~ sigma_w^2 / 2 per layer to 2.6e21 at depth 50. The one-point forms lost
+    # ~1e-16 sqrt(K^l) per layer when arcsin(K/(1+K)) was rounded: 6e-11 at depth 30, 1.1e-8 at 50.
+    # Reference: eqs. 152/154 as printed (arcsin form) iterated in 40-digit mpmath; the forms are
+    # checked against quadrature at K = 1e8 and 1e12 by test_profile_at_large_K_against_mpmath.
+    sw, sb, depth = 2.3, 0.1, 50
+    p = mf.kernel_profile("gelu", depth=depth, sigma_w=sw, sigma_b=sb)
+    with mp.workdps(DPS):
+        W, B = mp.mpf(sw)**2, mp.mpf(sb)**2
+        K = W + B
+        for l in range(depth):
+            a = mp.asin(K / (1 + K))
+            chi = W * (mp.mpf(1) / 4 + (a + K * (3 + 5 * K) / ((1 + K) * (1 + 2 * K)**mp.mpf(1.5))) / (2 * mp.pi))
+            assert abs(p.K[l] - K) <= 1e-14 * K, l
+            assert abs(p.chi_J[l] - chi) <= 1e-14 * chi, l
+            K = W * (K / 4 + K / (2 * mp.pi) * a + K**2 / (mp.pi * (1 + K) * mp.sqrt(1 + 2 * K))) + B
+    assert p.K[-1] > 1e21

@@ -36,7 +36,7 @@ from .. import _fnindex as KN
 from .._validate import check_int, check_nonnegative, check_real
 from ._common import MAX_EXPONENT_DEPTH, ST_INF, ST_OK, prepare, variances
 from .fixed import fixed_point_state
-from .lines import _derivatives, _expr, _series, _xi
+from .lines import _derivatives, _expr, _polish_critical, _series, _xi
 
 __all__ = ["Exponents", "exponents"]
 
@@ -394,6 +394,7 @@ def _near_critical_point(arch, comp, sw, sb, W, T, tol):
         if not (conv and np.isfinite(K1) and W1 >= 0 and T1 >= -1e-14):
             continue
         T1 = max(T1, 0.0)
+        K1, W1, T1 = _polish_critical(arch, K1, W1, T1)
         dist = float(np.hypot(np.sqrt(W1) - sw, np.sqrt(T1) - sb) / scale)
         if dist <= tol and (best is None or dist < best[3]):
             best = (float(K1), float(W1), float(T1), dist)

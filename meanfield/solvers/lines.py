@@ -637,6 +637,65 @@ def _series(arch, K, sw, sb, order=3):
         return (np.nan, np.nan, np.nan)
 
 
+def _polish_critical(arch, K, W, T):
+    """(K*, W*, T*) of a critical point, refined in 40-digit mpmath and rounded once to float64.
+
+    The float64 Newton of ``newton_point`` stops within a few ulp of the
+    critical point, and where it lands depends on how the compiled
+    expressions round: the critical point is the tangency of F(K) = K with
+    chi_K = 1, so a rounding of F' by one ulp moves (sigma_w, sigma_b) by
+    |zeta| ulp (GELU: zeta = -65, a shift of 3e-14 when one arcsin was
+    rewritten as an arctangent). Newton on (K, sigma_w, sigma_b) for
+    F - K = chi_K - 1 = chi_J - 1 = 0 with the mpmath forms of
+    :func:`_derivatives` (d/dK analytic, d/dsigma by central differences of
+    step 1e-15, exact to 1e-30) makes the answer independent of that.
+    Closed-form recursions only (one mpmath quadrature per evaluation makes
+    the others ~1 s per point); where the refinement does not converge, or
+    moves the point by more than 1e-10, the float64 point is kept.
+    """
+    import mpmath as mp
+
+    from .exponents import _uses_quadrature
+
+    if not (np.isfinite(K) and K > 0 and W > 0 and T >= 0) or _uses_quadrature(arch):
+        return K, W, T
+    try:
+        fs = _derivatives(arch, 3)   # the order _series uses: one derivation, one cache file
+        with mp.workdps(40):
+            mu, eps = mp.mpf(arch.mu or 0), mp.mpf(arch.eps or 0)
+
+            def resid(k, sw, sb):
+                v = (k, sw, sb, mu, eps)
+                return mp.matrix([fs["F"][0](*v) - k, fs["F"][1](*v) - 1, fs["X"][0](*v) - 1])
+
+            x = mp.matrix([mp.mpf(K), mp.sqrt(mp.mpf(W)), mp.sqrt(mp.mpf(T))])
+            h = mp.mpf(10) ** -15
+            for _ in range(4):
+                k, sw, sb = x
+                v = (k, sw, sb, mu, eps)
+                r = resid(k, sw, sb)
+                J = mp.matrix(3, 3)
+                J[0, 0], J[1, 0], J[2, 0] = fs["F"][1](*v) - 1, fs["F"][2](*v), fs["X"][1](*v)
+                for j, e in ((1, mp.matrix([0, h, 0])), (2, mp.matrix([0, 0, h]))):
+                    d = (resid(*(x + e)) - resid(*(x - e))) / (2 * h)
+                    for i in range(3):
+                        J[i, j] = d[i]
+                step = mp.lu_solve(J, -r)
+                x = x + step
+                if mp.norm(step) <= mp.mpf(10) ** -32 * mp.norm(x):
+                    break
+            else:
+                return K, W, T
+            k, sw, sb = (float(t) for t in x)
+            W1, T1 = float(x[1] ** 2), float(x[2] ** 2)
+    except (TypeError, ValueError, ZeroDivisionError, ArithmeticError, AttributeError, NameError):
+        return K, W, T
+    if (np.isfinite([k, W1, T1]).all() and abs(k - K) <= 1e-10 * K and abs(W1 - W) <= 1e-10 * W
+            and abs(T1 - T) <= 1e-10 * max(T, W)):
+        return k, W1, T1
+    return K, W, T
+
+
 def _check_K_max(K_max, lo, hi):
     """K_max as a float in [lo, hi] (the scan grids start at 1e-8 / 1e-12; above hi the
     compiled expressions or the parametric solve, whose scan ends near 6e19, lose their accuracy)."""
@@ -653,7 +712,8 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
 
     The parametric critical line (K* -> sigma_w, sigma_b) is scanned over K*
     in {0} and [1e-8, K_max] (1e-7 <= K_max <= 1e15) for sign changes of chi_K - 1, refined by Brent
-    and polished by Newton on (K*, sigma_w^2, sigma_b^2). Scale-invariant
+    and polished by Newton on (K*, sigma_w^2, sigma_b^2) (for closed-form
+    recursions finished in 40-digit mpmath and rounded once). Scale-invariant
     activations, whose line K* -> (sigma_w, sigma_b) is a single point with
     every K a fixed point, give that point with stability 'marginal'.
 
@@ -672,7 +732,7 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
                               "pair-state (BatchNorm) blocks: the normalised state is fixed after one block "
                               "(mu < 1 contracts with rate mu^2), so chi_K* < 1: no critical point")
     points = []
-    for K, Wc, Tc in _critical_candidates(comp, K_max):
+    for K, Wc, Tc in _critical_candidates(arch, comp, K_max):
         if not (Tc >= -1e-14 and Wc >= 0):
             continue
         points.append(_critical_point_at(arch, comp, K, Wc, Tc))
@@ -682,7 +742,7 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
     return CriticalPoints(arch, tuple(points), False, note)
 
 
-def _critical_candidates(comp, K_max):
+def _critical_candidates(arch, comp, K_max):
     """(K*, W, T) where chi_K - 1 changes sign along the parametric line (K* NaN: the whole
     line is one point of fixed points, scale-invariant maps)."""
     Ks = np.concatenate([[0.0], np.logspace(-8, np.log10(K_max), 641)])
@@ -723,7 +783,7 @@ def _critical_candidates(comp, K_max):
                 continue
             K1, W1, T1, conv = comp.call("newton_point", Kc, W[i], T[i], comp.mu, comp.eps)
             if conv:
-                found.append((K1, W1, T1))
+                found.append(_polish_critical(arch, K1, W1, T1))
         elif ok[i] and c[i] == 0 and i > 0:
             found.append((Ks[i], W[i], T[i]))
     return found
