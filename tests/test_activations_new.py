@@ -91,3 +91,17 @@ def test_gelu_tanh_is_torch_form():
     v = float(phi.expr.subs(phi.expr.free_symbols.pop(), 0.8))
     ref = 0.5 * 0.8 * (1 + mp.tanh(mp.sqrt(2 / mp.pi) * (0.8 + 0.044715 * 0.8**3)))
     assert abs(v - float(ref)) < 1e-15
+
+
+@pytest.mark.parametrize("name", ["elu", "selu"])
+def test_compiled_moments_at_small_K_in_float64(name):
+    # e^{2K} Phi(-2s) - 2 e^{K/2} Phi(-s) + 1/2 cancels to O(K): evaluated in float64 it was
+    # 1.7e-14 off at K = 3e-3 and 4.9e-15 at 0.02 (the series then started only below 1e-3)
+    mp.mp.dps = 30
+    f, df = DEFS[name]
+    for K in (1e-3, 3e-3, 0.02, 0.1, 0.19, 0.21, 0.5):
+        p = mf.kernel_profile(name, depth=2, sigma_w=1.0, sigma_b=0.0, K0=K)
+        ref_K = _gauss(lambda v: f(v) ** 2, K)
+        ref_chi = _gauss(lambda v: df(v) ** 2, K)
+        assert abs(p.K[1] - ref_K) <= 1e-15 * ref_K, (K, p.K[1], ref_K)
+        assert abs(p.chi_J[0] - ref_chi) <= 1e-15 * ref_chi, K
