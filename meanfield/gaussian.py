@@ -26,8 +26,9 @@ log-uniform near their end points, so they resolve structure at |h| ~ 1
 (and at the breakpoints) whatever sqrt(K) is.
 
 The even nodes form the rule with twice the step, which gives an error
-estimate for free: the base rule is accepted when it is below 1e-8 of
-E|f(h)| (its own error is then ~1e-16), else the step of every piece is
+estimate for free: the base rule is accepted when it is below 1e-11 of
+E|f(h)| (its own error is then ~1e-16; 1e-8 had let a 2e-13 error through
+for SiLU' at K = 1e15, see _TOL_BASE_1D), else the step of every piece is
 halved, up to 10 times (~250k nodes per piece), until two levels agree to
 1e-10 of E|f(h)|. The engine is one piece of source, ``QUAD1_SOURCE``:
 :func:`expect` runs it with numpy and :mod:`meanfield.numeric` pastes it
@@ -129,6 +130,15 @@ RULE_W.setflags(write=False)
 #: accepted value by ~1e-10 of E|f| even where convergence is slow.
 _TOL_BASE = 1e-8
 _TOL_REFINED = 1e-10
+#: The one-point engine accepts its base rule only at delta <= 1e-11: for
+#: step-like integrands at large K (SiLU'^2, sigmoid^2, tanh^2 at K >= 1e8,
+#: whose structure at |h| ~ 1 is a tiny part of E|f|) the rule is not yet in
+#: its exponential regime there, and delta = 5e-10 came with an error of
+#: 2e-13 (SiLU' at K = 1e15), not the ~1e-19 that delta^2 would suggest; one
+#: halving brings it to <= 3e-16. Smooth integrands at moderate K have
+#: delta ~1e-12..1e-16 at the base rule and are unaffected. (The nested
+#: two-point engine keeps 1e-8 at both levels: there a halving costs 4x.)
+_TOL_BASE_1D = 1e-11
 #: Two-point (nested) engine: the most halvings of the step at either level.
 #: Bounds the work per point to (2^3 x ~490 nodes)^2 ~ 1.5e7 evaluations per
 #: pair of pieces (the one-point bound, 10, nested in itself would be ~2.5e11:
@@ -438,7 +448,7 @@ def quad1(f, s, cuts=(), max_level=None):
     level = QUAD_MAX_LEVEL if max_level is None else max_level
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         return _engine()["_quad1"](float(s), cuts, F_, QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T,
-                                   QUAD_ZMAX, level, _TOL_BASE, _TOL_REFINED)
+                                   QUAD_ZMAX, level, _TOL_BASE_1D, _TOL_REFINED)
 
 
 def _inner_batch(f, u, m, sd, cv):
@@ -519,7 +529,7 @@ def interpreted_expect(f, cuts):
     K is not >= 0 or the rule did not converge, as the compiled function.
     """
     q = _engine()["_quad1"]
-    rule = (QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX, QUAD_MAX_LEVEL, _TOL_BASE, _TOL_REFINED)
+    rule = (QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX, QUAD_MAX_LEVEL, _TOL_BASE_1D, _TOL_REFINED)
     sqrt, nan = np.sqrt, np.nan
 
     def F_(h):
@@ -648,7 +658,7 @@ def expect(f, K, cuts=()):
     the two tails are integrated with the exp-sinh rule from their
     breakpoint, the finite pieces with the tanh-sinh rule, all with step
     1/32 in t. The even nodes form the rule with twice the step, which gives
-    an error estimate; where it exceeds 1e-8 of E|f(h)| (an integrand
+    an error estimate; where it exceeds 1e-11 of E|f(h)| (an integrand
     oscillating faster than the rule resolves, e.g. sin(h) at K = 1e4) the
     step of every piece is halved until two successive levels agree to 1e-10
     of E|f(h)|, at most 10 times (~250k nodes per piece); a RuntimeWarning

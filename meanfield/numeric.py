@@ -80,8 +80,8 @@ from sympy.printing.pycode import PythonCodePrinter
 from . import symbols as S
 from .calculus import Architecture, as_architecture
 from .gaussian import (GaussianExpectation, GaussianExpectation2, QUAD1_SOURCE, QUAD_ES_T, QUAD_MAX_LEVEL,
-                       QUAD_MAX_LEVEL_2D, QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, _TOL_BASE, _TOL_REFINED,
-                       pieces, two_point_cuts)
+                       QUAD_MAX_LEVEL_2D, QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, _TOL_BASE, _TOL_BASE_1D,
+                       _TOL_REFINED, pieces, two_point_cuts)
 from .symbolic import recursion
 
 __all__ = ["W", "T", "ARGS", "FUNCTIONS", "CompiledRecursion", "compiled", "generate_source",
@@ -252,9 +252,9 @@ class _Gen:
         return src.replace("F_(", integrand).strip()
 
     @staticmethod
-    def _rule(max_level):
+    def _rule(max_level, tol_base=_TOL_BASE):
         return (f"{QUAD_STEP!r}, {QUAD_ES_T[0]!r}, {QUAD_ES_T[1]!r}, {QUAD_TS_T!r}, {QUAD_ZMAX!r}, "
-                f"{max_level!r}, {_TOL_BASE!r}, {_TOL_REFINED!r}, _ES_TAB, _TS_TAB")
+                f"{max_level!r}, {tol_base!r}, {_TOL_REFINED!r}, _ES_TAB, _TS_TAB")
 
     def quad1(self, f: sp.Lambda) -> str:
         """E[f(h)], h ~ N(0, K), compiled: the engine of :func:`meanfield.gaussian.expect`
@@ -288,7 +288,7 @@ class _Gen:
                 f"def {qname}(K):",
                 "    if not K >= 0.0:",
                 "        return math.nan",
-                f"    val, scale, delta, ok = _quad1_{i}(math.sqrt(K), _CUTS_{i}, {self._rule(QUAD_MAX_LEVEL)})",
+                f"    val, scale, delta, ok = _quad1_{i}(math.sqrt(K), _CUTS_{i}, {self._rule(QUAD_MAX_LEVEL, _TOL_BASE_1D)})",
                 "    # not converged at the finest level: NaN, which the solvers report",
                 "    return val if ok else math.nan",
                 "",
