@@ -140,9 +140,10 @@ __all__ = ["Kernels", "kernels", "gram_map"]
 PARAMETERIZATIONS = ("ntk", "standard")
 _GETS = ("nngp", "ntk")
 
-_K1, _K2, _K12, _T12 = sp.symbols("K1 K2 K12 Theta12")
+_K1, _K2, _K12, _T12, _GAP = sp.symbols("K1 K2 K12 Theta12 gap12")
 _WIDTH = sp.Symbol("n_width")
 _ARGS = (_K1, _K2, _K12, _T12, S.sigma_w, S.sigma_b, _WIDTH)
+_ARGS_GAP = (_K1, _K2, _K12, _T12, _GAP, S.sigma_w, S.sigma_b, _WIDTH)
 
 
 # ---------------------------------------------------------------------------
@@ -162,6 +163,46 @@ def _corr(a):
     # gives them anyway.
     a = _clip1(a)
     return np.where(np.abs(a) >= 1.0 - 1e-15, np.sign(a), a)
+
+
+def _one_minus(r, s):
+    # 1 - r from the exact gap s = 1 - r^2 (activations.one_minus); r = -1 divides by 0 in the branch not taken
+    return np.where(r > 0, s / (1 + r), 1 - r)
+
+
+def _one_minus2(ra, sa, rb, sb):
+    # 1 - ra rb from the gaps (activations.one_minus_product)
+    p = ra * rb
+    aa = np.abs(ra)
+    return np.where(p > 0, sa / (1 + aa) + aa * (sb / (1 + np.abs(rb))), 1 - p)
+
+
+def _naive_gap(K1, K2, K12):
+    """1 - rho^2 from rounded kernels (what a block whose rules do not all carry the gap leaves)."""
+    r = _clip1(K12 / np.sqrt(K1 * K2))
+    return np.maximum((1 - r) * (1 + r), 0.0)
+
+
+def _input_gap(a, b, dot, da, db):
+    r"""1 - rho^2 of every pair of rows of a, b (float64, as given), accurate near rho = +-1.
+
+    1 - rho^2 = |x' - c x|^2 / |x'|^2 with c = x.x' / |x|^2: the perpendicular part, projected out
+    twice (an error dc in c only adds dc^2 |x|^2, as the parts are orthogonal), so the angle is right
+    to ~1e-16 absolute (from 1 - (x.x')^2 / (|x|^2 |x'|^2) it is ~1e-16 / theta). Done only for
+    pairs whose rounded gap is below 1e-2; a zero row has no angle (its pair's gap is unused: 1).
+    """
+    with np.errstate(all="ignore"):
+        r = _clip1(dot / np.sqrt(da[:, None] * db[None, :]))
+        gap = (1 - r) * (1 + r)
+    zero = (da[:, None] == 0) | (db[None, :] == 0)
+    gap[zero] = 1.0
+    i, j = np.nonzero(gap < 1e-2)
+    if i.size:
+        x, y = a[i], b[j]
+        p = y - (np.einsum("ij,ij->i", x, y) / da[i])[:, None] * x
+        p -= (np.einsum("ij,ij->i", x, p) / da[i])[:, None] * x
+        gap[i, j] = np.minimum(np.einsum("ij,ij->i", p, p) / db[j], 1.0)
+    return gap
 
 
 def _sqrt0(a):
@@ -216,20 +257,25 @@ def _lambdify(args, exprs):
     exprs, namespace = _numeric_expectations(exprs)
     namespace.update(vectorised)
     namespace.update(_mf_corr=_corr, _mf_acos=lambda a: np.arccos(_clip1(a)), _mf_asin=lambda a: np.arcsin(_clip1(a)),
-                     _mf_sqrt=_sqrt0)
+                     _mf_sqrt=_sqrt0, _mf_one_minus=_one_minus, _mf_one_minus2=_one_minus2)
     return sp.lambdify(args, exprs, modules=[namespace, "numpy", "scipy"], cse=True)
 
 
 @functools.lru_cache(maxsize=128)
-def _compile_layers(layers: tuple, vals: tuple, parameterization: str, with_ntk: bool, boundary: bool = False):
+def _compile_layers(layers: tuple, vals: tuple, parameterization: str, with_ntk: bool, boundary: bool = False,
+                    gap: bool = False):
     """The pair map of ``layers`` applied in order, compiled to numpy (signature of :func:`gram_map`).
 
     ``boundary``: the output is handed to a batch-level step (BatchNorm, a
     residual around one), which takes a Gaussian zero-mean state.
+    ``gap``: the state carries 1 - rho^2 exactly (:class:`~meanfield.calculus.GramSignal`):
+    ``f(K1, K2, K12, Theta12, gap12, sigma_w, sigma_b, width) -> [K12', (Theta12',) gap12']``, the last
+    entry missing (``f.carries_gap`` False) where a rule of the block has no exact gap map.
     """
     from .calculus import GramSignal, _short
 
-    out = GramSignal(_K1, _K2, _K12, _T12, parameterization=parameterization, width=_WIDTH)
+    out = GramSignal(_K1, _K2, _K12, _T12, parameterization=parameterization, width=_WIDTH,
+                     gap=_GAP if gap else None)
     for p in layers:
         out = p.gram(out)
     if boundary and not (out.gaussian and out.m1 == 0 and out.m2 == 0):
@@ -237,7 +283,12 @@ def _compile_layers(layers: tuple, vals: tuple, parameterization: str, with_ntk:
                          "batch_norm() or a residual around one; Gram matrices need a dense layer there")
     vals = dict(vals)
     exprs = [sp.sympify(out.K12).subs(vals)] + ([sp.sympify(out.T12).subs(vals)] if with_ntk else [])
-    return _lambdify(_ARGS, exprs)
+    carries = gap and out.gap is not None
+    if carries:
+        exprs.append(sp.sympify(out.gap).subs(vals))
+    f = _lambdify(_ARGS_GAP if gap else _ARGS, exprs)
+    f.carries_gap = carries
+    return f
 
 
 _B1, _B2, _B12, _BT12 = sp.symbols("B1 B2 B12 BTheta12")
@@ -261,8 +312,9 @@ def _cached(fn, *args):
         return fn.__wrapped__(*args)
 
 
-def _compiled(spec, parameterization: str, with_ntk: bool):
-    return _cached(_compile_layers, (spec.block_spec(),), _values(spec), parameterization, bool(with_ntk))
+def _compiled(spec, parameterization: str, with_ntk: bool, gap: bool = False):
+    return _cached(_compile_layers, (spec.block_spec(),), _values(spec), parameterization, bool(with_ntk), False,
+                   gap)
 
 
 def _couples(node) -> bool:
@@ -478,7 +530,7 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         n_eff = []
         block = spec.block_spec()
     else:
-        f = _compiled(spec, parameterization, want_ntk)
+        f = _compiled(spec, parameterization, want_ntk, gap=True)
 
     # the input layer (both parameterisations share the NNGP)
     dot = a @ b.T
@@ -496,7 +548,7 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     rows, cols = np.nonzero(ids[:a.shape[0], None] == ids[None, a.shape[0]:])
 
     def pin(M, Ma):
-        M[rows, cols] = Ma[rows]
+        M[rows, cols] = Ma[rows] if np.ndim(Ma) else Ma
         if same:
             # a map symmetric in (K1, K2) can still round differently when they are swapped (a product
             # of three factors is not associative in float64): keep the upper triangle's value for both
@@ -505,6 +557,19 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         return M
 
     C, T = pin(C, Ka), pin(np.array(T), Ta)
+    if not batch:
+        # the pair's gap 1 - rho^2 after the input layer, exact from the rows as given: the input Dense
+        # layer's own gap rule (calculus._sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap
+        from .calculus import Dense
+
+        f_in = _cached(_compile_layers, (Dense(),), (), parameterization, False, False, True)
+        with np.errstate(all="ignore"):
+            S = _full(f_in(da[:, None] / d, db[None, :] / d, dot / d, 0.0, _input_gap(a, b, dot, da, db),
+                           sw, sb, n_width)[-1], C.shape)
+            # a zero row (h = b) has no angle; its pair is not near-parallel either: the rounded gap is exact enough
+            zero = (da[:, None] == 0) | (db[None, :] == 0)
+            S[zero] = _naive_gap(Ka[:, None], Kb[None, :], C)[zero]
+        S = pin(np.clip(S, 0.0, 1.0), 0.0)
     diag = [Ka.copy()] if per_layer else None
     zero_T = np.zeros(())
     with np.errstate(all="ignore"):
@@ -522,14 +587,27 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
                 if per_layer:
                     diag.append(Ka.copy())
                 continue
-            outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, sw, sb, n_width)
-            da_out = f(Ka, Ka, Ka, Ta if want_ntk else zero_T, sw, sb, n_width)
-            db_out = da_out if same else f(Kb, Kb, Kb, Tb if want_ntk else zero_T, sw, sb, n_width)
+            # K12 and the gap must describe one pair: the rules use both (rho and sqrt(gap) in atan2), and a
+            # rounding of one that disagrees with the other is amplified by the map's slope in it alone (1.4
+            # per block for ReLU + ln_post: 3e-12 at depth 32). Each block starts from the better-conditioned
+            # one: near rho = +-1 (gap < 1/2) K12 = +-sqrt(K1 K2 (1 - gap)), elsewhere gap = 1 - rho^2.
+            if f.carries_gap:
+                root = np.sqrt(Ka[:, None] * Kb[None, :])
+                near = S < 0.5
+                C = np.where(near, np.sign(C) * root * np.sqrt(1 - S), C)
+                S = np.where(near, S, _naive_gap(Ka[:, None], Kb[None, :], C))
+            outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, S, sw, sb, n_width)
+            da_out = f(Ka, Ka, Ka, Ta if want_ntk else zero_T, zero_T, sw, sb, n_width)
+            db_out = da_out if same else f(Kb, Kb, Kb, Tb if want_ntk else zero_T, zero_T, sw, sb, n_width)
             Ka, Kb = _full(da_out[0], Ka.shape), _full(db_out[0], Kb.shape)
             C = pin(_full(outs[0], C.shape), Ka)
             if want_ntk:
                 Ta, Tb = _full(da_out[1], Ka.shape), _full(db_out[1], Kb.shape)
                 T = pin(_full(outs[1], C.shape), Ta)
+            # the gap: carried by the block's rules, or (a rule without an exact gap map: quadrature
+            # activations, erf, GELU) recomputed from the rounded kernels, as every rule did before
+            S = _full(outs[-1], C.shape) if f.carries_gap else _naive_gap(Ka[:, None], Kb[None, :], C)
+            S = pin(np.clip(S, 0.0, 1.0), 0.0)
             if per_layer:
                 diag.append(Ka.copy())
     bad = [name for name, v in (("nngp", C), ("ntk", T if want_ntk else C)) if not np.all(np.isfinite(v))]
