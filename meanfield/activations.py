@@ -121,6 +121,8 @@ one_minus = sp.Function("_mf_one_minus")
 #: one_minus_product(ra, sa, rb, sb) = 1 - ra rb from the two gaps: (1 - |ra|) + |ra| (1 - |rb|) when ra rb > 0
 #: (1 - |r| = s / (1 + |r|)), 1 - ra rb otherwise (numpy: meanfield.gram).
 one_minus_product = sp.Function("_mf_one_minus2")
+#: positive(r, a, b) = a where r > 0, else b (numpy.where; meanfield.gram)
+positive = sp.Function("_mf_positive")
 
 
 def _pair_gap_det(K1, K2, K12, gap, c=None):
@@ -346,9 +348,13 @@ class ScaleInvariant(Activation):
         c = p2 + q2
         rho = K12 / sp.sqrt(K1 * K2)
         ar = sp.Abs(rho)
-        f = sp.atan2(sp.sqrt(gap), ar)
-        A = gap / (1 + ar) - 2 / _pi * (sp.sqrt(gap) - f * ar)
-        return (p2 * one_minus(rho, gap) + q2 * A) * (p2 * one_minus(-rho, gap) + q2 * (2 - A)) / c**2
+        theta = self._angle(K1, K2, K12, gap)[0]
+        f = sp.Min(theta, _pi - theta)
+        small = gap / (1 + ar)          # 1 - |rho|
+        A = small - 2 / _pi * (sp.sqrt(gap) - f * ar)
+        # 1 - rho and 1 + rho: one is 1 - |rho|, the other 1 + |rho|, as rho > 0 or not
+        one_m, one_p = positive(rho, small, 1 + ar), positive(rho, 1 + ar, small)
+        return (p2 * one_m + q2 * A) * (p2 * one_p + q2 * (2 - A)) / c**2
 
     def __repr__(self):
         return f"ScaleInvariant({self.name!r}, a_plus={self.a_plus}, a_minus={self.a_minus})"

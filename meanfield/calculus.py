@@ -205,8 +205,10 @@ def _sum_gap(A1, A2, rho_a, gap_a, B1, B2, rho_b, gap_b):
     """
     O1, O2 = A1 + B1, A2 + B2
     a1, a2, b1, b2 = A1 / O1, A2 / O2, B1 / O1, B2 / O2
-    return (a1 * a2 * gap_a + b1 * b2 * gap_b + (sp.sqrt(a1 * b2) - sp.sqrt(b1 * a2)) ** 2
-            + 2 * sp.sqrt(a1 * a2 * b1 * b2) * one_minus_product(rho_a, gap_a, rho_b, gap_b))
+    cross = one_minus(rho_a, gap_a) if (rho_b, gap_b) == (1, 0) else one_minus_product(rho_a, gap_a, rho_b, gap_b)
+    # square roots per input (sqrt(a1) sqrt(b2), not sqrt(a1 b2)): vectors, not (n1, n2) arrays, over a Gram matrix
+    r1, r2, t1, t2 = sp.sqrt(a1), sp.sqrt(a2), sp.sqrt(b1), sp.sqrt(b2)
+    return a1 * a2 * gap_a + b1 * b2 * gap_b + (r1 * t2 - t1 * r2) ** 2 + 2 * r1 * r2 * t1 * t2 * cross
 
 
 # ---------------------------------------------------------------------------

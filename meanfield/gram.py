@@ -205,6 +205,11 @@ def _input_gap(a, b, dot, da, db):
     return gap
 
 
+#: pairs whose gap 1 - rho^2 is below this (|rho| > 0.9995) go through the map that carries it exactly; the others
+#: (theta > 0.03: the rounded rho gives theta to ~3e-15 absolute) through the map of (K1, K2, K12) alone
+_NEAR = 1e-3
+
+
 def _sqrt0(a):
     # only variances that vanish at correlation 1 (K1 K2 - K12^2) can round below 0
     return np.sqrt(np.maximum(a, 0.0))
@@ -257,7 +262,8 @@ def _lambdify(args, exprs):
     exprs, namespace = _numeric_expectations(exprs)
     namespace.update(vectorised)
     namespace.update(_mf_corr=_corr, _mf_acos=lambda a: np.arccos(_clip1(a)), _mf_asin=lambda a: np.arcsin(_clip1(a)),
-                     _mf_sqrt=_sqrt0, _mf_one_minus=_one_minus, _mf_one_minus2=_one_minus2)
+                     _mf_sqrt=_sqrt0, _mf_one_minus=_one_minus, _mf_one_minus2=_one_minus2,
+                     _mf_positive=lambda r, a, b: np.where(r > 0, a, b))
     return sp.lambdify(args, exprs, modules=[namespace, "numpy", "scipy"], cse=True)
 
 
@@ -530,7 +536,11 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         n_eff = []
         block = spec.block_spec()
     else:
-        f = _compiled(spec, parameterization, want_ntk, gap=True)
+        f = _compiled(spec, parameterization, want_ntk)
+        # the map that carries the pair's exact gap, for the near-(anti)parallel pairs only (below); None when a
+        # rule of the block has no exact gap map (erf, GELU, quadrature activations: smooth at rho = 1, or pair_det)
+        fg = _compiled(spec, parameterization, want_ntk, gap=True)
+        fg = fg if fg.carries_gap else None
 
     # the input layer (both parameterisations share the NNGP)
     dot = a @ b.T
@@ -547,17 +557,35 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     ids = ids.ravel()
     rows, cols = np.nonzero(ids[:a.shape[0], None] == ids[None, a.shape[0]:])
 
+    lower = np.tril_indices(a.shape[0], -1) if same else None
+
     def pin(M, Ma):
-        M[rows, cols] = Ma[rows] if np.ndim(Ma) else Ma
+        M[rows, cols] = Ma[rows]
         if same:
             # a map symmetric in (K1, K2) can still round differently when they are swapped (a product
             # of three factors is not associative in float64): keep the upper triangle's value for both
-            lower = np.tril_indices(M.shape[0], -1)
             M[lower] = M.T[lower]
         return M
 
     C, T = pin(C, Ka), pin(np.array(T), Ta)
-    if not batch:
+    nb = b.shape[0]
+    pinned = rows * nb + cols
+    track, gaps = np.zeros(0, dtype=np.intp), np.zeros(0)
+
+    def near_pairs(C, Ka, Kb, track, gaps):
+        # pairs with 1 - rho^2 < _NEAR, not identical; those already tracked keep their carried gap, the others
+        # enter with the gap of the rounded kernels (right to ~1e-16 / theta absolute in theta: ~3e-15 there)
+        thr = np.multiply.outer(np.sqrt(Ka) * np.sqrt(1 - _NEAR), np.sqrt(Kb))
+        cand = np.flatnonzero(np.abs(C) > thr)
+        cand = cand[~np.isin(cand, pinned)] if pinned.size else cand
+        keep = track[gaps < _NEAR]
+        new = np.setdiff1d(cand, keep, assume_unique=True)
+        i, j = np.divmod(new, nb)
+        idx = np.concatenate([keep, new])
+        val = np.concatenate([gaps[gaps < _NEAR], _naive_gap(Ka[i], Kb[j], C.ravel()[new])])
+        return idx, val
+
+    if not batch and fg is not None:
         # the pair's gap 1 - rho^2 after the input layer, exact from the rows as given: the input Dense
         # layer's own gap rule (calculus._sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap
         from .calculus import Dense
@@ -569,7 +597,9 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
             # a zero row (h = b) has no angle; its pair is not near-parallel either: the rounded gap is exact enough
             zero = (da[:, None] == 0) | (db[None, :] == 0)
             S[zero] = _naive_gap(Ka[:, None], Kb[None, :], C)[zero]
-        S = pin(np.clip(S, 0.0, 1.0), 0.0)
+        S[rows, cols] = 1.0
+        track = np.flatnonzero(S < _NEAR)
+        gaps = np.maximum(S.ravel()[track], 0.0)
     diag = [Ka.copy()] if per_layer else None
     zero_T = np.zeros(())
     with np.errstate(all="ignore"):
@@ -587,27 +617,30 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
                 if per_layer:
                     diag.append(Ka.copy())
                 continue
-            # K12 and the gap must describe one pair: the rules use both (rho and sqrt(gap) in atan2), and a
-            # rounding of one that disagrees with the other is amplified by the map's slope in it alone (1.4
-            # per block for ReLU + ln_post: 3e-12 at depth 32). Each block starts from the better-conditioned
-            # one: near rho = +-1 (gap < 1/2) K12 = +-sqrt(K1 K2 (1 - gap)), elsewhere gap = 1 - rho^2.
-            if f.carries_gap:
-                root = np.sqrt(Ka[:, None] * Kb[None, :])
-                near = S < 0.5
-                C = np.where(near, np.sign(C) * root * np.sqrt(1 - S), C)
-                S = np.where(near, S, _naive_gap(Ka[:, None], Kb[None, :], C))
-            outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, S, sw, sb, n_width)
-            da_out = f(Ka, Ka, Ka, Ta if want_ntk else zero_T, zero_T, sw, sb, n_width)
-            db_out = da_out if same else f(Kb, Kb, Kb, Tb if want_ntk else zero_T, zero_T, sw, sb, n_width)
+            outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, sw, sb, n_width)
+            da_out = f(Ka, Ka, Ka, Ta if want_ntk else zero_T, sw, sb, n_width)
+            db_out = da_out if same else f(Kb, Kb, Kb, Tb if want_ntk else zero_T, sw, sb, n_width)
+            Cn, Tn = _full(outs[0], C.shape), (_full(outs[1], C.shape) if want_ntk else None)
+            if track.size:
+                # near-(anti)parallel pairs: the map that carries the gap. K12 is taken from the gap,
+                # K12 = +-sqrt(K1 K2 (1 - gap)): the rules use both (rho and sqrt(gap) in atan2), and a rounding
+                # of rho that disagrees with the exact gap is amplified by the map's slope in rho alone (1.4 per
+                # block for ReLU + ln_post: 3e-12 at depth 32)
+                i, j = np.divmod(track, nb)
+                K1s, K2s = Ka[i], Kb[j]
+                Cs = np.copysign(np.sqrt(K1s) * np.sqrt(K2s) * np.sqrt(1 - gaps), C.ravel()[track])
+                o = fg(K1s, K2s, Cs, T.ravel()[track] if want_ntk else zero_T, gaps, sw, sb, n_width)
+                Cn.ravel()[track] = o[0]
+                if want_ntk:
+                    Tn.ravel()[track] = o[1]
+                gaps = _full(o[-1], track.shape)
             Ka, Kb = _full(da_out[0], Ka.shape), _full(db_out[0], Kb.shape)
-            C = pin(_full(outs[0], C.shape), Ka)
+            C = pin(Cn, Ka)
             if want_ntk:
                 Ta, Tb = _full(da_out[1], Ka.shape), _full(db_out[1], Kb.shape)
-                T = pin(_full(outs[1], C.shape), Ta)
-            # the gap: carried by the block's rules, or (a rule without an exact gap map: quadrature
-            # activations, erf, GELU) recomputed from the rounded kernels, as every rule did before
-            S = _full(outs[-1], C.shape) if f.carries_gap else _naive_gap(Ka[:, None], Kb[None, :], C)
-            S = pin(np.clip(S, 0.0, 1.0), 0.0)
+                T = pin(Tn, Ta)
+            if fg is not None:
+                track, gaps = near_pairs(C, Ka, Kb, track, gaps)
             if per_layer:
                 diag.append(Ka.copy())
     bad = [name for name, v in (("nngp", C), ("ntk", T if want_ntk else C)) if not np.all(np.isfinite(v))]
