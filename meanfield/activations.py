@@ -340,18 +340,19 @@ class ScaleInvariant(Activation):
         every term >= 0 (A is even about theta = pi/2: |u||v| does not see the sign of v), 1 -+ rho
         from the gap (:data:`one_minus`), cos f = |rho|, sin f = sqrt(s). Near theta = 0 (and near
         pi for |x|-like phi, whose outputs are then parallel) 1 - rho' ~ theta^2 keeps its relative
-        accuracy; the remaining rounding, in sin f - f cos f ~ f^3/3, is ~1e-16 f absolute, so theta'
-        is right to ~1e-16 absolute, the accuracy the arc-cosine kernels need.
+        accuracy, and sin f - f cos f ~ f^3/3 is taken from its series for f < 0.2.
         """
         a, b = self.a_plus, self.a_minus
         p2, q2 = ((a + b) / 2) ** 2, ((a - b) / 2) ** 2
         c = p2 + q2
         rho = K12 / sp.sqrt(K1 * K2)
         ar = sp.Abs(rho)
-        theta = self._angle(K1, K2, K12, gap)[0]
-        f = sp.Min(theta, _pi - theta)
+        f = sp.atan2(sp.sqrt(gap), ar)  # min(theta, pi - theta), not from theta (pi - theta rounds to 4e-16)
         small = gap / (1 + ar)          # 1 - |rho|
-        A = small - 2 / _pi * (sp.sqrt(gap) - f * ar)
+        # sin f - f cos f = sum_k (-1)^(k+1) 2k f^(2k+1) / (2k+1)!, by its series below f = 0.2 (6 terms: 1e-19
+        # relative there), where sin f - f cos f ~ f^3/3 is a difference of numbers ~f
+        series = sum((-1) ** (k + 1) * 2 * k * f ** (2 * k + 1) / sp.factorial(2 * k + 1) for k in range(1, 7))
+        A = small - 2 / _pi * sp.Piecewise((series, f < sp.Rational(1, 5)), (sp.sqrt(gap) - f * ar, True))
         # 1 - rho and 1 + rho: one is 1 - |rho|, the other 1 + |rho|, as rho > 0 or not
         one_m, one_p = positive(rho, small, 1 + ar), positive(rho, 1 + ar, small)
         return (p2 * one_m + q2 * A) * (p2 * one_p + q2 * (2 - A)) / c**2
@@ -393,6 +394,37 @@ class Erf(Activation):
 
     def derivative_kernel(self, K1, K2, K12, gap=None):
         return 4 / _pi / sp.sqrt(_pair_gap_det(K1, K2, K12, gap, 2))
+
+    def kernel_gap(self, K1, K2, K12, gap):
+        r"""1 - rho'^2 of (erf(u), erf(v)) from the input's exact gap s = 1 - rho^2.
+
+        With alpha_i = arcsin(a_i), a_i = 2 K_i / (1 + 2 K_i), and alpha = arcsin(b),
+        b = 2 |K12| / sqrt(P), P = (1 + 2 K1)(1 + 2 K2): rho' = +-alpha / sqrt(alpha_1 alpha_2), so
+        1 - rho'^2 = x (2 - x), x = 1 - alpha / sqrt(alpha_1 alpha_2) = Delta / sqrt(alpha_1 alpha_2),
+
+            Delta = sqrt(alpha_1 alpha_2) - alpha = (alpha (d_1 + d_2) + d_1 d_2) / (sqrt(alpha_1 alpha_2) + alpha),
+            d_i = alpha_i - alpha = atan2(a_i sqrt(1 - b^2) - b sqrt(1 - a_i^2), sqrt(1 - a_i^2) sqrt(1 - b^2) + a_i b),
+
+        with a_i sqrt(1 - b^2) - b sqrt(1 - a_i^2) = (a_i^2 - b^2) / (a_i sqrt(1 - b^2) + b sqrt(1 - a_i^2)),
+        a_i^2 - b^2 = 4 [K_i (K_i - K_j) + K1 K2 s (1 + 2 K_i)] / ((1 + 2 K_i) P), 1 - b^2 = D / P
+        (D = 1 + 2 (K1 + K2) + 4 K1 K2 s) and 1 - a_i^2 = (1 + 4 K_i) / (1 + 2 K_i)^2: no difference of
+        nearly equal numbers near rho = +-1 (erf is odd: antiparallel inputs give antiparallel outputs).
+        """
+        P = (1 + 2 * K1) * (1 + 2 * K2)
+        D = _pair_gap_det(K1, K2, K12, gap, 2)
+        b = 2 * sp.Abs(K12) / sp.sqrt(P)
+        cb = sp.sqrt(D / P)                                   # sqrt(1 - b^2)
+        alpha = sp.atan(2 * sp.Abs(K12) / sp.sqrt(D))         # arcsin(b)
+        d, al = [], []
+        for Ki, Kj in ((K1, K2), (K2, K1)):
+            ai = 2 * Ki / (1 + 2 * Ki)
+            ci = sp.sqrt(1 + 4 * Ki) / (1 + 2 * Ki)           # sqrt(1 - a_i^2)
+            diff = 4 * (Ki * (Ki - Kj) + K1 * K2 * gap * (1 + 2 * Ki)) / ((1 + 2 * Ki) * P)
+            d.append(sp.atan2(diff / (ai * cb + b * ci), ci * cb + ai * b))
+            al.append(sp.atan(2 * Ki / sp.sqrt(1 + 4 * Ki)))  # arcsin(a_i), as in second_moment
+        root = sp.sqrt(al[0] * al[1])
+        x = (alpha * (d[0] + d[1]) + d[0] * d[1]) / (root + alpha) / root
+        return x * (2 - x)
 
     def __repr__(self):
         return "Erf()"
