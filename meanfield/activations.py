@@ -351,8 +351,11 @@ class ScaleInvariant(Activation):
         small = gap / (1 + ar)          # 1 - |rho|
         # sin f - f cos f = sum_k (-1)^(k+1) 2k f^(2k+1) / (2k+1)!, by its series below f = 0.2 (6 terms: 1e-19
         # relative there), where sin f - f cos f ~ f^3/3 is a difference of numbers ~f
-        series = sum((-1) ** (k + 1) * 2 * k * f ** (2 * k + 1) / sp.factorial(2 * k + 1) for k in range(1, 7))
-        A = small - 2 / _pi * sp.Piecewise((series, f < sp.Rational(1, 5)), (sp.sqrt(gap) - f * ar, True))
+        f2, series = f * f, sp.Integer(0)
+        for k in range(6, 0, -1):       # Horner in f^2
+            series = sp.Rational((-1) ** (k + 1) * 2 * k, sp.factorial(2 * k + 1)) + f2 * series
+        series = f * f2 * series
+        A = small - 2 / _pi * positive(sp.Rational(1, 5) - f, series, sp.sqrt(gap) - f * ar)
         # 1 - rho and 1 + rho: one is 1 - |rho|, the other 1 + |rho|, as rho > 0 or not
         one_m, one_p = positive(rho, small, 1 + ar), positive(rho, 1 + ar, small)
         return (p2 * one_m + q2 * A) * (p2 * one_p + q2 * (2 - A)) / c**2

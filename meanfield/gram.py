@@ -107,15 +107,26 @@ Numerics
 --------
 Correlations are clipped to [-1, 1] before arccos/arcsin and the square roots
 of variances that vanish at correlation 1 (sqrt(K1 K2 - K12^2)) to >= 0, so
-nothing is NaN at or near correlation 1; the arc-cosine form loses accuracy
-there in theory (an error ~ 1e-16 / sin(theta) in theta), but the arc-cosine
-kernel is flat in theta at theta = 0, so the results agree with 40-digit
-mpmath to 1e-15 even at 1 - rho = 1e-12 (tests/test_gram.py). Two-point forms
-that divide by a Gram determinant (erf, GELU: (1 + c K1)(1 + c K2) - c^2 K12^2)
-evaluate it as one node (``activations.pair_det``) that is exact for
-identical inputs, and arcsin as an arctangent of the exact gap, so large K
-loses nothing at correlation 1 (docs/gram.md, Numerics). A result that breaks
-Cauchy-Schwarz is refused (ValueError) rather than returned. A non-finite result (a kernel beyond
+nothing is NaN at or near correlation 1. Near rho = +-1 the rounded K's know
+rho only to ~1e-16 absolute, while the arc-cosine kernels depend on
+theta ~ sqrt(2 (1 - rho)); so the pairs with 1 - rho^2 < 1e-3 go through the
+block map that also carries their gap 1 - rho^2 exactly
+(:class:`~meanfield.calculus.GramSignal` ``gap``: from the input rows by
+projection, then every rule's cancellation-free update, ``calculus._sum_gap``
+for Dense and residual, ``Activation.kernel_gap`` for the ReLU family and erf,
+the centred gap for LayerNorm), with K12 taken from the gap. Blocks with an
+activation that has no gap map (GELU, quadrature activations) use (K1, K2,
+K12) alone; there, and in the BatchNorm walk, a correlation within 1e-15 of
++-1 is taken as +-1 where an arccos sees it (exactly parallel pairs, the
+diagonal after a LayerNorm). Against a 50-digit recursion from the float64
+inputs, pairs with 1 - rho (or 1 + rho) from 1e-6 to 1e-15 keep ~1e-14 at
+depth 32 for the ReLU family and erf, up to 4e-13 where correlation 1 is
+unstable (docs/gram.md, Numerics, has the table). Two-point forms that divide
+by a Gram determinant (erf, GELU: (1 + c K1)(1 + c K2) - c^2 K12^2) evaluate
+it as one node (``activations.pair_det``, or with the carried gap) that is
+exact for identical inputs, and arcsin as an arctangent of the exact gap, so
+large K loses nothing at correlation 1. A result that breaks Cauchy-Schwarz is
+refused (ValueError) rather than returned. A non-finite result (a kernel beyond
 float64, a zero signal normalised) is a ValueError too. Identical inputs
 (the diagonal, repeated rows) are pinned to the diagonal map at every layer
 (with BatchNorm, to the diagonal entry of the batch's matrix):
@@ -568,23 +579,9 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         return M
 
     C, T = pin(C, Ka), pin(np.array(T), Ta)
-    nb = b.shape[0]
-    pinned = rows * nb + cols
-    track, gaps = np.zeros(0, dtype=np.intp), np.zeros(0)
-
-    def near_pairs(C, Ka, Kb, track, gaps):
-        # pairs with 1 - rho^2 < _NEAR, not identical; those already tracked keep their carried gap, the others
-        # enter with the gap of the rounded kernels (right to ~1e-16 / theta absolute in theta: ~3e-15 there)
-        thr = np.multiply.outer(np.sqrt(Ka) * np.sqrt(1 - _NEAR), np.sqrt(Kb))
-        cand = np.flatnonzero(np.abs(C) > thr)
-        cand = cand[~np.isin(cand, pinned)] if pinned.size else cand
-        keep = track[gaps < _NEAR]
-        new = np.setdiff1d(cand, keep, assume_unique=True)
-        i, j = np.divmod(new, nb)
-        idx = np.concatenate([keep, new])
-        val = np.concatenate([gaps[gaps < _NEAR], _naive_gap(Ka[i], Kb[j], C.ravel()[new])])
-        return idx, val
-
+    # the pairs that go through the gap-carrying map (``near``, 1 - rho^2 < _NEAR) and their gap ``S`` (meaningful
+    # on ``near`` only)
+    near = S = None
     if not batch and fg is not None:
         # the pair's gap 1 - rho^2 after the input layer, exact from the rows as given: the input Dense
         # layer's own gap rule (calculus._sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap
@@ -598,8 +595,8 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
             zero = (da[:, None] == 0) | (db[None, :] == 0)
             S[zero] = _naive_gap(Ka[:, None], Kb[None, :], C)[zero]
         S[rows, cols] = 1.0
-        track = np.flatnonzero(S < _NEAR)
-        gaps = np.maximum(S.ravel()[track], 0.0)
+        S = np.maximum(S, 0.0)
+        near = S < _NEAR
     diag = [Ka.copy()] if per_layer else None
     zero_T = np.zeros(())
     with np.errstate(all="ignore"):
@@ -617,30 +614,64 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
                 if per_layer:
                     diag.append(Ka.copy())
                 continue
-            outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, sw, sb, n_width)
+            n_near = np.count_nonzero(near) if near is not None else 0
+            full = n_near > C.size // 5
+            if not full:
+                outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, sw, sb, n_width)
+                Cn, Tn = _full(outs[0], C.shape), (_full(outs[1], C.shape) if want_ntk else None)
             da_out = f(Ka, Ka, Ka, Ta if want_ntk else zero_T, sw, sb, n_width)
             db_out = da_out if same else f(Kb, Kb, Kb, Tb if want_ntk else zero_T, sw, sb, n_width)
-            Cn, Tn = _full(outs[0], C.shape), (_full(outs[1], C.shape) if want_ntk else None)
-            if track.size:
+            if n_near:
                 # near-(anti)parallel pairs: the map that carries the gap. K12 is taken from the gap,
                 # K12 = +-sqrt(K1 K2 (1 - gap)): the rules use both (rho and sqrt(gap) in atan2), and a rounding
                 # of rho that disagrees with the exact gap is amplified by the map's slope in rho alone (1.4 per
                 # block for ReLU + ln_post: 3e-12 at depth 32)
-                i, j = np.divmod(track, nb)
-                K1s, K2s = Ka[i], Kb[j]
-                Cs = np.copysign(np.sqrt(K1s) * np.sqrt(K2s) * np.sqrt(1 - gaps), C.ravel()[track])
-                o = fg(K1s, K2s, Cs, T.ravel()[track] if want_ntk else zero_T, gaps, sw, sb, n_width)
-                Cn.ravel()[track] = o[0]
-                if want_ntk:
-                    Tn.ravel()[track] = o[1]
-                gaps = _full(o[-1], track.shape)
+                if full:
+                    # most pairs are near (deep ordered nets, near-duplicate inputs): the gap map on the whole
+                    # matrix, the others entering with the gap of their rounded kernels
+                    root = np.multiply.outer(np.sqrt(Ka), np.sqrt(Kb))
+                    S = np.where(near, S, _naive_gap(Ka[:, None], Kb[None, :], C))
+                    Cs = np.where(near, np.copysign(root * np.sqrt(1 - S), C), C)
+                    o = fg(Ka[:, None], Kb[None, :], Cs, T if want_ntk else zero_T, S, sw, sb, n_width)
+                    Cn, Tn = _full(o[0], C.shape), (_full(o[1], C.shape) if want_ntk else None)
+                    S = _full(o[-1], C.shape)
+                    kept = S < _NEAR
+                else:
+                    idx = np.flatnonzero(near)
+                    i, j = np.divmod(idx, C.shape[1])
+                    gaps = S.ravel()[idx]
+                    Cs = np.copysign(np.sqrt(Ka[i]) * np.sqrt(Kb[j]) * np.sqrt(1 - gaps),
+                                     C.ravel()[idx])
+                    o = fg(Ka[i], Kb[j], Cs, T.ravel()[idx] if want_ntk else zero_T, gaps, sw, sb, n_width)
+                    Cn.ravel()[idx] = o[0]
+                    if want_ntk:
+                        Tn.ravel()[idx] = o[1]
+                    gaps = _full(o[-1], idx.shape)
+                    S.ravel()[idx] = gaps
+                    kept = np.zeros(C.shape, dtype=bool)
+                    kept.ravel()[idx[gaps < _NEAR]] = True
             Ka, Kb = _full(da_out[0], Ka.shape), _full(db_out[0], Kb.shape)
             C = pin(Cn, Ka)
             if want_ntk:
                 Ta, Tb = _full(da_out[1], Ka.shape), _full(db_out[1], Kb.shape)
                 T = pin(Tn, Ta)
             if fg is not None:
-                track, gaps = near_pairs(C, Ka, Kb, track, gaps)
+                # pairs that came within the gap (not identical ones): they enter with the gap of the rounded
+                # kernels (theta right to ~1e-16 / theta absolute: ~3e-15 there); tracked ones keep theirs
+                thr = np.multiply.outer(np.sqrt(Ka) * np.sqrt(1 - _NEAR), np.sqrt(Kb))
+                cand = np.abs(C) > thr
+                cand[rows, cols] = False
+                if S is None:
+                    S = np.ones(C.shape)
+                if n_near:
+                    new = cand & ~kept
+                    near = cand | kept
+                    near[rows, cols] = False
+                else:
+                    new = near = cand
+                if new.any():
+                    i, j = np.nonzero(new)
+                    S[i, j] = _naive_gap(Ka[i], Kb[j], C[i, j])
             if per_layer:
                 diag.append(Ka.copy())
     bad = [name for name, v in (("nngp", C), ("ntk", T if want_ntk else C)) if not np.all(np.isfinite(v))]
