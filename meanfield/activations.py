@@ -37,6 +37,7 @@ integration by parts written out in :meth:`Gelu.kernel` (cf. Tsuchida et al.
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -114,6 +115,24 @@ class pair_det(sp.Function):
     _pythoncode = _numpycode = _scipycode = _mpmathcode = _lambdacode = _code
 
 
+#: 1 - r for a correlation r whose exact gap s = 1 - r^2 is known: s / (1 + r) for r > 0 (no cancellation
+#: near r = 1), 1 - r otherwise (numpy: meanfield.gram). Used by the Gram-matrix rules that carry the gap.
+one_minus = sp.Function("_mf_one_minus")
+#: one_minus_product(ra, sa, rb, sb) = 1 - ra rb from the two gaps: (1 - |ra|) + |ra| (1 - |rb|) when ra rb > 0
+#: (1 - |r| = s / (1 + |r|)), 1 - ra rb otherwise (numpy: meanfield.gram).
+one_minus_product = sp.Function("_mf_one_minus2")
+#: positive(r, a, b) = a where r > 0, else b (numpy.where; meanfield.gram)
+positive = sp.Function("_mf_positive")
+
+
+def _pair_gap_det(K1, K2, K12, gap, c=None):
+    """:class:`pair_det` with the exact gap: K1 K2 gap (and 1 + c (K1 + K2) + c^2 K1 K2 gap)."""
+    if gap is None:
+        return pair_det(K1, K2, K12) if c is None else pair_det(K1, K2, K12, c)
+    det = K1 * K2 * gap
+    return det if c is None else (1 + c * (K1 + K2)) + c**2 * det
+
+
 @dataclass(frozen=True)
 class Activation:
     """An activation phi(x) given by a sympy expression in :data:`meanfield.symbols.x`.
@@ -176,13 +195,25 @@ class Activation:
 
     # -- two-point moments --------------------------------------------------
     def kernel(self, K1, K2, K12):
-        """E[phi(u) phi(v)] for Var u = K1, Var v = K2, Cov(u, v) = K12."""
+        """E[phi(u) phi(v)] for Var u = K1, Var v = K2, Cov(u, v) = K12.
+
+        Closed forms also take ``gap`` = 1 - rho^2 = (K1 K2 - K12^2) / (K1 K2),
+        rho = K12 / sqrt(K1 K2), when the caller knows it exactly (the Gram
+        matrices carry it: :mod:`meanfield.gram`, Numerics); near rho = +-1 the
+        rounded K's know it only to ~1e-16 absolute.
+        """
         return GaussianExpectation2(sp.Lambda((x, _y), self.expr * self.expr.subs(x, _y)), K1, K2, K12)
 
     def derivative_kernel(self, K1, K2, K12):
         """E[phi'(u) phi'(v)] for Var u = K1, Var v = K2, Cov(u, v) = K12."""
         d = self.derivative
         return GaussianExpectation2(sp.Lambda((x, _y), d * d.subs(x, _y)), K1, K2, K12)
+
+    def kernel_gap(self, K1, K2, K12, gap):
+        """1 - rho'^2 of the outputs, rho' = E[phi(u) phi(v)] / sqrt(E phi(u)^2 E phi(v)^2), from the input's
+        exact ``gap`` = 1 - rho^2, without cancellation near rho' = +-1; None where no such form is known
+        (the Gram matrices then recompute the gap from the rounded kernels, :mod:`meanfield.gram`)."""
+        return None
 
     def __repr__(self):
         return f"Activation({self.name!r}, {self.expr})"
@@ -202,9 +233,13 @@ def _one_point(method):
 
 
 def _two_point(method):
-    """Check numeric K1, K2 (>= 0) and K12 (|K12| <= sqrt(K1 K2)) before a two-point moment."""
+    """Check numeric K1, K2 (>= 0) and K12 (|K12| <= sqrt(K1 K2)) before a two-point moment.
+
+    ``gap`` (1 - rho^2, optional) is passed on to closed forms that take it."""
+    takes_gap = "gap" in inspect.signature(method).parameters
+
     @functools.wraps(method)
-    def checked(self, K1, K2, K12):
+    def checked(self, K1, K2, K12, gap=None):
         check_real("K1", K1, minimum=0)
         check_real("K2", K2, minimum=0)
         check_real("K12", K12)
@@ -212,7 +247,10 @@ def _two_point(method):
         if None not in vals and abs(vals[2]) > (vals[0] * vals[1]) ** 0.5 * (1 + 1e-12):
             raise ValueError(f"K12 must satisfy |K12| <= sqrt(K1 K2) (a covariance), got K12={K12!r} "
                              f"with K1={K1!r}, K2={K2!r}")
-        return method(self, *map(sp.sympify, (K1, K2, K12)))
+        args = tuple(map(sp.sympify, (K1, K2, K12)))
+        if gap is not None and takes_gap:
+            return method(self, *args, gap=sp.sympify(gap))
+        return method(self, *args)
 
     checked._checks_variances = True
     return checked
@@ -267,21 +305,61 @@ class ScaleInvariant(Activation):
     def chi_delta_moment(self, K):
         return sp.Integer(0)
 
-    def kernel(self, K1, K2, K12):
+    def _angle(self, K1, K2, K12, gap):
+        """(theta, sin theta) of the pair: arccos(rho) from rho, or atan2(sqrt(gap), rho) from the exact gap."""
+        rho = K12 / sp.sqrt(K1 * K2)
+        if gap is not None:
+            return sp.atan2(sp.sqrt(gap), rho), sp.sqrt(gap)
+        return sp.acos(rho), sp.sqrt(sp.Mul(1 - rho, 1 + rho, evaluate=False))
+
+    def kernel(self, K1, K2, K12, gap=None):
         # sqrt(K1 K2 - K12^2) is written sqrt(K1 K2) sqrt((1 - rho)(1 + rho)) with the same rho as
         # the arccos: for (anti)parallel inputs of different norms K1 K2 - K12^2 is a difference of
         # two rounded numbers ~1e-16 K^2 (a square root ~1e-8 K, inconsistent with arccos(rho)),
         # which left an error of 4.5e-9 relative in the Gram matrix; (1 -+ rho) are exact there.
         a, b = self.a_plus, self.a_minus
         rho = K12 / sp.sqrt(K1 * K2)
-        theta = sp.acos(rho)
-        sin_theta = sp.sqrt(sp.Mul(1 - rho, 1 + rho, evaluate=False))
+        theta, sin_theta = self._angle(K1, K2, K12, gap)
         return a * b * K12 + (a - b) ** 2 / (2 * _pi) * sp.sqrt(K1 * K2) * (sin_theta + (_pi - theta) * rho)
 
-    def derivative_kernel(self, K1, K2, K12):
+    def derivative_kernel(self, K1, K2, K12, gap=None):
         a, b = self.a_plus, self.a_minus
-        theta = sp.acos(K12 / sp.sqrt(K1 * K2))
+        theta = self._angle(K1, K2, K12, gap)[0]
         return a * b + (a - b) ** 2 * (_pi - theta) / (2 * _pi)
+
+    def kernel_gap(self, K1, K2, K12, gap):
+        r"""1 - rho'^2 of (phi(u), phi(v)) from the input's exact gap s = 1 - rho^2 = sin^2 theta.
+
+        phi = p x + q |x| with p = (a_+ + a_-)/2, q = (a_+ - a_-)/2, and E[u |v|] = 0, so
+        E[phi(u) phi(v)] = sqrt(K1 K2) (p^2 rho + q^2 rho_abs), E[phi^2] = c K, c = p^2 + q^2, with
+        rho_abs = (2/pi)(sin theta + (pi/2 - theta) cos theta), the correlation of |u|, |v|. Hence
+
+            1 - rho' = (p^2 (1 - rho) + q^2 A) / c,   1 + rho' = (p^2 (1 + rho) + q^2 (2 - A)) / c,
+            A = 1 - rho_abs = (1 - cos f) - (2/pi)(sin f - f cos f),   f = min(theta, pi - theta),
+
+        every term >= 0 (A is even about theta = pi/2: |u||v| does not see the sign of v), 1 -+ rho
+        from the gap (:data:`one_minus`), cos f = |rho|, sin f = sqrt(s). Near theta = 0 (and near
+        pi for |x|-like phi, whose outputs are then parallel) 1 - rho' ~ theta^2 keeps its relative
+        accuracy, and sin f - f cos f ~ f^3/3 is taken from its series for f < 1/20.
+        """
+        a, b = self.a_plus, self.a_minus
+        p2, q2 = ((a + b) / 2) ** 2, ((a - b) / 2) ** 2
+        c = p2 + q2
+        rho = K12 / sp.sqrt(K1 * K2)
+        ar = sp.Abs(rho)
+        f = sp.atan2(sp.sqrt(gap), ar)  # min(theta, pi - theta), not from theta (pi - theta rounds to 4e-16)
+        small = gap / (1 + ar)          # 1 - |rho|
+        # sin f - f cos f = sum_k (-1)^(k+1) 2k f^(2k+1) / (2k+1)!, by its series below f = 1/20 (4 terms: 3e-17
+        # relative there), where sin f - f cos f ~ f^3/3 is a difference of numbers ~f (above, ~1e-16 / f^2
+        # relative: 4e-14 in a term ~f/10 of A)
+        f2, series = f * f, sp.Integer(0)
+        for k in range(4, 0, -1):       # Horner in f^2
+            series = sp.Rational((-1) ** (k + 1) * 2 * k, sp.factorial(2 * k + 1)) + f2 * series
+        series = sp.UnevaluatedExpr(f) * (f2 * series)   # f * f^2, not f**3 (numpy's power is slow but for squares)
+        A = small - 2 / _pi * positive(sp.Rational(1, 20) - f, series, sp.sqrt(gap) - f * ar)
+        # 1 - rho and 1 + rho: one is 1 - |rho|, the other 1 + |rho|, as rho > 0 or not
+        one_m, one_p = positive(rho, small, 1 + ar), positive(rho, 1 + ar, small)
+        return (p2 * one_m + q2 * A) * (p2 * one_p + q2 * (2 - A)) / c**2
 
     def __repr__(self):
         return f"ScaleInvariant({self.name!r}, a_plus={self.a_plus}, a_minus={self.a_minus})"
@@ -315,11 +393,42 @@ class Erf(Activation):
     def mean(self, K):
         return sp.Integer(0)
 
-    def kernel(self, K1, K2, K12):
-        return 2 / _pi * sp.atan(2 * K12 / sp.sqrt(pair_det(K1, K2, K12, 2)))
+    def kernel(self, K1, K2, K12, gap=None):
+        return 2 / _pi * sp.atan(2 * K12 / sp.sqrt(_pair_gap_det(K1, K2, K12, gap, 2)))
 
-    def derivative_kernel(self, K1, K2, K12):
-        return 4 / _pi / sp.sqrt(pair_det(K1, K2, K12, 2))
+    def derivative_kernel(self, K1, K2, K12, gap=None):
+        return 4 / _pi / sp.sqrt(_pair_gap_det(K1, K2, K12, gap, 2))
+
+    def kernel_gap(self, K1, K2, K12, gap):
+        r"""1 - rho'^2 of (erf(u), erf(v)) from the input's exact gap s = 1 - rho^2.
+
+        With alpha_i = arcsin(a_i), a_i = 2 K_i / (1 + 2 K_i), and alpha = arcsin(b),
+        b = 2 |K12| / sqrt(P), P = (1 + 2 K1)(1 + 2 K2): rho' = +-alpha / sqrt(alpha_1 alpha_2), so
+        1 - rho'^2 = x (2 - x), x = 1 - alpha / sqrt(alpha_1 alpha_2) = Delta / sqrt(alpha_1 alpha_2),
+
+            Delta = sqrt(alpha_1 alpha_2) - alpha = (alpha (d_1 + d_2) + d_1 d_2) / (sqrt(alpha_1 alpha_2) + alpha),
+            d_i = alpha_i - alpha = atan2(a_i sqrt(1 - b^2) - b sqrt(1 - a_i^2), sqrt(1 - a_i^2) sqrt(1 - b^2) + a_i b),
+
+        with a_i sqrt(1 - b^2) - b sqrt(1 - a_i^2) = (a_i^2 - b^2) / (a_i sqrt(1 - b^2) + b sqrt(1 - a_i^2)),
+        a_i^2 - b^2 = 4 [K_i (K_i - K_j) + K1 K2 s (1 + 2 K_i)] / ((1 + 2 K_i) P), 1 - b^2 = D / P
+        (D = 1 + 2 (K1 + K2) + 4 K1 K2 s) and 1 - a_i^2 = (1 + 4 K_i) / (1 + 2 K_i)^2: no difference of
+        nearly equal numbers near rho = +-1 (erf is odd: antiparallel inputs give antiparallel outputs).
+        """
+        P = (1 + 2 * K1) * (1 + 2 * K2)
+        D = _pair_gap_det(K1, K2, K12, gap, 2)
+        b = 2 * sp.Abs(K12) / sp.sqrt(P)
+        cb = sp.sqrt(D / P)                                   # sqrt(1 - b^2)
+        alpha = sp.atan(2 * sp.Abs(K12) / sp.sqrt(D))         # arcsin(b)
+        d, al = [], []
+        for Ki, Kj in ((K1, K2), (K2, K1)):
+            ai = 2 * Ki / (1 + 2 * Ki)
+            ci = sp.sqrt(1 + 4 * Ki) / (1 + 2 * Ki)           # sqrt(1 - a_i^2)
+            diff = 4 * (Ki * (Ki - Kj) + K1 * K2 * gap * (1 + 2 * Ki)) / ((1 + 2 * Ki) * P)
+            d.append(sp.atan2(diff / (ai * cb + b * ci), ci * cb + ai * b))
+            al.append(sp.atan(2 * Ki / sp.sqrt(1 + 4 * Ki)))  # arcsin(a_i), as in second_moment
+        root = sp.sqrt(al[0] * al[1])
+        x = (alpha * (d[0] + d[1]) + d[0] * d[1]) / (root + alpha) / root
+        return x * (2 - x)
 
     def __repr__(self):
         return "Erf()"
@@ -372,14 +481,14 @@ class Gelu(Activation):
     def mean(self, K):
         return K / sp.sqrt(2 * _pi * (1 + K))
 
-    def kernel(self, K1, K2, K12):
-        D = pair_det(K1, K2, K12, 1)
+    def kernel(self, K1, K2, K12, gap=None):
+        D = _pair_gap_det(K1, K2, K12, gap, 1)
         angle = sp.atan(K12 / sp.sqrt(D))  # arcsin(rho_ab), without rounding rho_ab near 1
         return (K12 * (sp.Rational(1, 4) + angle / (2 * _pi))
-                + (pair_det(K1, K2, K12) + K12**2 * (1 / (1 + K1) + 1 / (1 + K2))) / (2 * _pi * sp.sqrt(D)))
+                + (_pair_gap_det(K1, K2, K12, gap) + K12**2 * (1 / (1 + K1) + 1 / (1 + K2))) / (2 * _pi * sp.sqrt(D)))
 
-    def derivative_kernel(self, K1, K2, K12):
-        D = pair_det(K1, K2, K12, 1)
+    def derivative_kernel(self, K1, K2, K12, gap=None):
+        D = _pair_gap_det(K1, K2, K12, gap, 1)
         return (sp.Rational(1, 4) + sp.atan(K12 / sp.sqrt(D)) / (2 * _pi)
                 + K12 * (1 / (1 + K1) + 1 / (1 + K2)) / (2 * _pi * sp.sqrt(D))
                 + K12 / (2 * _pi * D ** sp.Rational(3, 2)))

@@ -50,7 +50,7 @@ import sympy as sp
 
 from . import symbols as S
 from ._validate import check_choice, check_real, is_number
-from .activations import Activation, activation as _make_activation
+from .activations import Activation, activation as _make_activation, one_minus, one_minus_product
 
 __all__ = [
     "Signal",
@@ -140,6 +140,13 @@ class GramSignal:
     Dense layer adds its own parameters to T12. Each primitive maps it with
     :meth:`Primitive.gram`; the diagonal (x = x') is the same map at
     K1 = K2 = K12.
+
+    gap : 1 - rho^2 = (K1 K2 - K12^2) / (K1 K2), rho = K12 / sqrt(K1 K2), carried
+    exactly (None: unknown, each rule recomputes it from the K's as before).
+    Near rho = +-1 the rounded K's know rho only to ~1e-16 absolute, while the
+    arc-cosine kernels depend on theta = arccos(rho) ~ sqrt(2 (1 - rho)), so
+    every rule that keeps the gap maps it without cancellation
+    (:func:`_sum_gap`, :meth:`normalised`, ``Activation.kernel_gap``).
     """
 
     K1: sp.Expr
@@ -151,10 +158,15 @@ class GramSignal:
     gaussian: bool = True
     parameterization: str = "ntk"
     width: sp.Expr = sp.Integer(1)
+    gap: sp.Expr = None
 
-    def to(self, K1, K2, K12, T12, m1=sp.Integer(0), m2=sp.Integer(0), gaussian=True) -> "GramSignal":
-        """A new state with the same conventions."""
-        return replace(self, K1=K1, K2=K2, K12=K12, T12=T12, m1=m1, m2=m2, gaussian=gaussian)
+    def to(self, K1, K2, K12, T12, m1=sp.Integer(0), m2=sp.Integer(0), gaussian=True, gap=None) -> "GramSignal":
+        """A new state with the same conventions (``gap``: the new one, None where it is not known)."""
+        return replace(self, K1=K1, K2=K2, K12=K12, T12=T12, m1=m1, m2=m2, gaussian=gaussian, gap=gap)
+
+    @property
+    def rho(self):
+        return self.K12 / sp.sqrt(self.K1 * self.K2)
 
     def normalised(self, v1, v2, centre: bool, m1=sp.Integer(0), m2=sp.Integer(0)) -> "GramSignal":
         """z -> (z - c E z) / sqrt(v) per input (deterministic divisor at infinite width).
@@ -166,8 +178,37 @@ class GramSignal:
         d = sp.sqrt(v1 * v2)
         K12 = (self.K12 - self.m1 * self.m2) / d if centre else self.K12 / d
         c = 1 if centre else 0
+        gap = self.gap
+        if gap is not None and centre and not (self.m1 == 0 or self.m2 == 0):
+            # the centred pair's gap: det(M - m m^T) = det M - Q, Q = K2 m1^2 + K1 m2^2 - 2 K12 m1 m2, per K1 K2:
+            # Q / (K1 K2) = (n1 - n2)^2 + 2 n1 n2 (1 - sign(m1 m2) rho), n_i = |m_i| / sqrt(K_i), both terms >= 0
+            # (for ReLU-like phi n^2 = 1/pi: Q is a third of det M, no cancellation); K_i / v_i = 1 / (1 - n_i^2)
+            n1, n2 = sp.Abs(self.m1) / sp.sqrt(self.K1), sp.Abs(self.m2) / sp.sqrt(self.K2)
+            q = (n1 - n2) ** 2 + 2 * n1 * n2 * one_minus(sp.sign(self.m1 * self.m2) * self.rho, gap)
+            gap = (gap - q) * (self.K1 / v1) * (self.K2 / v2)
+        # without centring (or with zero means) the map rescales each input: rho and its gap stay
         return self.to((self.K1 - c * self.m1**2) / v1, (self.K2 - c * self.m2**2) / v2, K12, self.T12 / d,
-                       m1, m2, self.gaussian)
+                       m1, m2, self.gaussian, gap)
+
+
+def _sum_gap(A1, A2, rho_a, gap_a, B1, B2, rho_b, gap_b):
+    r"""The gap 1 - rho^2 of the sum of two independent pair states A + B, without cancellation.
+
+    det(A + B) = det A + det B + (A1 B2 + A2 B1 - 2 A12 B12) for 2 x 2 second-moment matrices; per
+    O1 O2 (O_i = A_i + B_i), with a_i = A_i / O_i, b_i = B_i / O_i,
+
+        gap = a1 a2 gap_a + b1 b2 gap_b + (sqrt(a1 b2) - sqrt(b1 a2))^2 + 2 sqrt(a1 a2 b1 b2) (1 - rho_a rho_b),
+
+    every term >= 0, and 1 - rho_a rho_b = (1 - |rho_a|) + |rho_a| (1 - |rho_b|) from the gaps when
+    rho_a rho_b > 0. A Dense layer is sigma_w^2 K plus the bias sigma_b^2 (rho_b = 1, gap_b = 0), a
+    residual the branch plus mu^2 times the skip.
+    """
+    O1, O2 = A1 + B1, A2 + B2
+    a1, a2, b1, b2 = A1 / O1, A2 / O2, B1 / O1, B2 / O2
+    cross = one_minus(rho_a, gap_a) if (rho_b, gap_b) == (1, 0) else one_minus_product(rho_a, gap_a, rho_b, gap_b)
+    # square roots per input (sqrt(a1) sqrt(b2), not sqrt(a1 b2)): vectors, not (n1, n2) arrays, over a Gram matrix
+    r1, r2, t1, t2 = sp.sqrt(a1), sp.sqrt(a2), sp.sqrt(b1), sp.sqrt(b2)
+    return a1 * a2 * gap_a + b1 * b2 * gap_b + (r1 * t2 - t1 * r2) ** 2 + 2 * r1 * r2 * t1 * t2 * cross
 
 
 # ---------------------------------------------------------------------------
@@ -235,7 +276,9 @@ class Dense(Primitive):
         sw2, sb2 = self.sigma_w**2, self.sigma_b**2
         K12 = sw2 * g.K12 + sb2
         own = K12 if g.parameterization == "ntk" else g.width * g.K12 + 1
-        return g.to(sw2 * g.K1 + sb2, sw2 * g.K2 + sb2, K12, own + sw2 * g.T12)
+        # the bias is one number for both inputs: correlation 1, gap 0
+        gap = None if g.gap is None else _sum_gap(sw2 * g.K1, sw2 * g.K2, g.rho, g.gap, sb2, sb2, 1, 0)
+        return g.to(sw2 * g.K1 + sb2, sw2 * g.K2 + sb2, K12, own + sw2 * g.T12, gap=gap)
 
 
 @dataclass(frozen=True)
@@ -261,9 +304,10 @@ class ActivationLayer(Primitive):
         if not g.gaussian:
             raise ValueError(f"{_short(self)} needs a Gaussian preactivation as input; put a dense layer before it")
         phi = self.phi
-        return g.to(phi.second_moment(g.K1), phi.second_moment(g.K2), phi.kernel(g.K1, g.K2, g.K12),
-                    phi.derivative_kernel(g.K1, g.K2, g.K12) * g.T12, phi.mean(g.K1), phi.mean(g.K2),
-                    gaussian=False)
+        gap = None if g.gap is None else phi.kernel_gap(g.K1, g.K2, g.K12, g.gap)
+        return g.to(phi.second_moment(g.K1), phi.second_moment(g.K2), phi.kernel(g.K1, g.K2, g.K12, gap=g.gap),
+                    phi.derivative_kernel(g.K1, g.K2, g.K12, gap=g.gap) * g.T12, phi.mean(g.K1), phi.mean(g.K2),
+                    gaussian=False, gap=gap)
 
 
 def _centres_pair(norm, s: Signal) -> bool:
@@ -463,7 +507,8 @@ class Scale(Primitive):
 
     def gram(self, g):
         e2 = self.eps**2
-        return g.to(e2 * g.K1, e2 * g.K2, e2 * g.K12, e2 * g.T12, self.eps * g.m1, self.eps * g.m2, g.gaussian)
+        return g.to(e2 * g.K1, e2 * g.K2, e2 * g.K12, e2 * g.T12, self.eps * g.m1, self.eps * g.m2, g.gaussian,
+                    g.gap)
 
 
 def _features_only(norm):
@@ -612,7 +657,10 @@ class Residual(Primitive):
         mapped over a whole batch, with BatchNorm, reuses the rule.)
         """
         m2 = self.mu**2
-        return g.to(out.K1 + m2 * g.K1, out.K2 + m2 * g.K2, out.K12 + m2 * g.K12, out.T12 + m2 * g.T12)
+        gap = None
+        if out.gap is not None and g.gap is not None:
+            gap = _sum_gap(out.K1, out.K2, out.rho, out.gap, m2 * g.K1, m2 * g.K2, g.rho, g.gap)
+        return g.to(out.K1 + m2 * g.K1, out.K2 + m2 * g.K2, out.K12 + m2 * g.K12, out.T12 + m2 * g.T12, gap=gap)
 
     def primitives(self):
         yield self

@@ -107,15 +107,26 @@ Numerics
 --------
 Correlations are clipped to [-1, 1] before arccos/arcsin and the square roots
 of variances that vanish at correlation 1 (sqrt(K1 K2 - K12^2)) to >= 0, so
-nothing is NaN at or near correlation 1; the arc-cosine form loses accuracy
-there in theory (an error ~ 1e-16 / sin(theta) in theta), but the arc-cosine
-kernel is flat in theta at theta = 0, so the results agree with 40-digit
-mpmath to 1e-15 even at 1 - rho = 1e-12 (tests/test_gram.py). Two-point forms
-that divide by a Gram determinant (erf, GELU: (1 + c K1)(1 + c K2) - c^2 K12^2)
-evaluate it as one node (``activations.pair_det``) that is exact for
-identical inputs, and arcsin as an arctangent of the exact gap, so large K
-loses nothing at correlation 1 (docs/gram.md, Numerics). A result that breaks
-Cauchy-Schwarz is refused (ValueError) rather than returned. A non-finite result (a kernel beyond
+nothing is NaN at or near correlation 1. Near rho = +-1 the rounded K's know
+rho only to ~1e-16 absolute, while the arc-cosine kernels depend on
+theta ~ sqrt(2 (1 - rho)); so the pairs with 1 - rho^2 < 1e-3 go through the
+block map that also carries their gap 1 - rho^2 exactly
+(:class:`~meanfield.calculus.GramSignal` ``gap``: from the input rows by
+projection, then every rule's cancellation-free update, ``calculus._sum_gap``
+for Dense and residual, ``Activation.kernel_gap`` for the ReLU family and erf,
+the centred gap for LayerNorm), with K12 taken from the gap. Blocks with an
+activation that has no gap map (GELU, quadrature activations) use (K1, K2,
+K12) alone; there, and in the BatchNorm walk, a correlation within 1e-15 of
++-1 is taken as +-1 where an arccos sees it (exactly parallel pairs, the
+diagonal after a LayerNorm). Against a 50-digit recursion from the float64
+inputs, pairs with 1 - rho (or 1 + rho) from 1e-6 to 1e-15 keep ~1e-14 at
+depth 32 for the ReLU family and erf, up to 4e-13 where correlation 1 is
+unstable (docs/gram.md, Numerics, has the table). Two-point forms that divide
+by a Gram determinant (erf, GELU: (1 + c K1)(1 + c K2) - c^2 K12^2) evaluate
+it as one node (``activations.pair_det``, or with the carried gap) that is
+exact for identical inputs, and arcsin as an arctangent of the exact gap, so
+large K loses nothing at correlation 1. A result that breaks Cauchy-Schwarz is
+refused (ValueError) rather than returned. A non-finite result (a kernel beyond
 float64, a zero signal normalised) is a ValueError too. Identical inputs
 (the diagonal, repeated rows) are pinned to the diagonal map at every layer
 (with BatchNorm, to the diagonal entry of the batch's matrix):
@@ -140,9 +151,10 @@ __all__ = ["Kernels", "kernels", "gram_map"]
 PARAMETERIZATIONS = ("ntk", "standard")
 _GETS = ("nngp", "ntk")
 
-_K1, _K2, _K12, _T12 = sp.symbols("K1 K2 K12 Theta12")
+_K1, _K2, _K12, _T12, _GAP = sp.symbols("K1 K2 K12 Theta12 gap12")
 _WIDTH = sp.Symbol("n_width")
 _ARGS = (_K1, _K2, _K12, _T12, S.sigma_w, S.sigma_b, _WIDTH)
+_ARGS_GAP = (_K1, _K2, _K12, _T12, _GAP, S.sigma_w, S.sigma_b, _WIDTH)
 
 
 # ---------------------------------------------------------------------------
@@ -162,6 +174,51 @@ def _corr(a):
     # gives them anyway.
     a = _clip1(a)
     return np.where(np.abs(a) >= 1.0 - 1e-15, np.sign(a), a)
+
+
+def _one_minus(r, s):
+    # 1 - r from the exact gap s = 1 - r^2 (activations.one_minus); r = -1 divides by 0 in the branch not taken
+    return np.where(r > 0, s / (1 + r), 1 - r)
+
+
+def _one_minus2(ra, sa, rb, sb):
+    # 1 - ra rb from the gaps (activations.one_minus_product)
+    p = ra * rb
+    aa = np.abs(ra)
+    return np.where(p > 0, sa / (1 + aa) + aa * (sb / (1 + np.abs(rb))), 1 - p)
+
+
+def _naive_gap(K1, K2, K12):
+    """1 - rho^2 from rounded kernels (what a block whose rules do not all carry the gap leaves)."""
+    r = _clip1(K12 / np.sqrt(K1 * K2))
+    return np.maximum((1 - r) * (1 + r), 0.0)
+
+
+def _input_gap(a, b, dot, da, db):
+    r"""1 - rho^2 of every pair of rows of a, b (float64, as given), accurate near rho = +-1.
+
+    1 - rho^2 = |x' - c x|^2 / |x'|^2 with c = x.x' / |x|^2: the perpendicular part, projected out
+    twice (an error dc in c only adds dc^2 |x|^2, as the parts are orthogonal), so the angle is right
+    to ~1e-16 absolute (from 1 - (x.x')^2 / (|x|^2 |x'|^2) it is ~1e-16 / theta). Done only for
+    pairs whose rounded gap is below 1e-2; a zero row has no angle (its pair's gap is unused: 1).
+    """
+    with np.errstate(all="ignore"):
+        r = _clip1(dot / np.sqrt(da[:, None] * db[None, :]))
+        gap = (1 - r) * (1 + r)
+    zero = (da[:, None] == 0) | (db[None, :] == 0)
+    gap[zero] = 1.0
+    i, j = np.nonzero(gap < 1e-2)
+    if i.size:
+        x, y = a[i], b[j]
+        p = y - (np.einsum("ij,ij->i", x, y) / da[i])[:, None] * x
+        p -= (np.einsum("ij,ij->i", x, p) / da[i])[:, None] * x
+        gap[i, j] = np.minimum(np.einsum("ij,ij->i", p, p) / db[j], 1.0)
+    return gap
+
+
+#: pairs whose gap 1 - rho^2 is below this (|rho| > 0.9995) go through the map that carries it exactly; the others
+#: (theta > 0.03: the rounded rho gives theta to ~3e-15 absolute) through the map of (K1, K2, K12) alone
+_NEAR = 1e-3
 
 
 def _sqrt0(a):
@@ -216,20 +273,26 @@ def _lambdify(args, exprs):
     exprs, namespace = _numeric_expectations(exprs)
     namespace.update(vectorised)
     namespace.update(_mf_corr=_corr, _mf_acos=lambda a: np.arccos(_clip1(a)), _mf_asin=lambda a: np.arcsin(_clip1(a)),
-                     _mf_sqrt=_sqrt0)
+                     _mf_sqrt=_sqrt0, _mf_one_minus=_one_minus, _mf_one_minus2=_one_minus2,
+                     _mf_positive=lambda r, a, b: np.where(r > 0, a, b))
     return sp.lambdify(args, exprs, modules=[namespace, "numpy", "scipy"], cse=True)
 
 
 @functools.lru_cache(maxsize=128)
-def _compile_layers(layers: tuple, vals: tuple, parameterization: str, with_ntk: bool, boundary: bool = False):
+def _compile_layers(layers: tuple, vals: tuple, parameterization: str, with_ntk: bool, boundary: bool = False,
+                    gap: bool = False):
     """The pair map of ``layers`` applied in order, compiled to numpy (signature of :func:`gram_map`).
 
     ``boundary``: the output is handed to a batch-level step (BatchNorm, a
     residual around one), which takes a Gaussian zero-mean state.
+    ``gap``: the state carries 1 - rho^2 exactly (:class:`~meanfield.calculus.GramSignal`):
+    ``f(K1, K2, K12, Theta12, gap12, sigma_w, sigma_b, width) -> [K12', (Theta12',) gap12']``, the last
+    entry missing (``f.carries_gap`` False) where a rule of the block has no exact gap map.
     """
     from .calculus import GramSignal, _short
 
-    out = GramSignal(_K1, _K2, _K12, _T12, parameterization=parameterization, width=_WIDTH)
+    out = GramSignal(_K1, _K2, _K12, _T12, parameterization=parameterization, width=_WIDTH,
+                     gap=_GAP if gap else None)
     for p in layers:
         out = p.gram(out)
     if boundary and not (out.gaussian and out.m1 == 0 and out.m2 == 0):
@@ -237,7 +300,12 @@ def _compile_layers(layers: tuple, vals: tuple, parameterization: str, with_ntk:
                          "batch_norm() or a residual around one; Gram matrices need a dense layer there")
     vals = dict(vals)
     exprs = [sp.sympify(out.K12).subs(vals)] + ([sp.sympify(out.T12).subs(vals)] if with_ntk else [])
-    return _lambdify(_ARGS, exprs)
+    carries = gap and out.gap is not None
+    if carries:
+        exprs.append(sp.sympify(out.gap).subs(vals))
+    f = _lambdify(_ARGS_GAP if gap else _ARGS, exprs)
+    f.carries_gap = carries
+    return f
 
 
 _B1, _B2, _B12, _BT12 = sp.symbols("B1 B2 B12 BTheta12")
@@ -261,8 +329,9 @@ def _cached(fn, *args):
         return fn.__wrapped__(*args)
 
 
-def _compiled(spec, parameterization: str, with_ntk: bool):
-    return _cached(_compile_layers, (spec.block_spec(),), _values(spec), parameterization, bool(with_ntk))
+def _compiled(spec, parameterization: str, with_ntk: bool, gap: bool = False):
+    return _cached(_compile_layers, (spec.block_spec(),), _values(spec), parameterization, bool(with_ntk), False,
+                   gap)
 
 
 def _couples(node) -> bool:
@@ -479,6 +548,10 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         block = spec.block_spec()
     else:
         f = _compiled(spec, parameterization, want_ntk)
+        # the map that carries the pair's exact gap, for the near-(anti)parallel pairs only (below); None when a
+        # rule of the block has no exact gap map (erf, GELU, quadrature activations: smooth at rho = 1, or pair_det)
+        fg = _compiled(spec, parameterization, want_ntk, gap=True)
+        fg = fg if fg.carries_gap else None
 
     # the input layer (both parameterisations share the NNGP)
     dot = a @ b.T
@@ -495,16 +568,35 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     ids = ids.ravel()
     rows, cols = np.nonzero(ids[:a.shape[0], None] == ids[None, a.shape[0]:])
 
+    lower = np.tril_indices(a.shape[0], -1) if same else None
+
     def pin(M, Ma):
         M[rows, cols] = Ma[rows]
         if same:
             # a map symmetric in (K1, K2) can still round differently when they are swapped (a product
             # of three factors is not associative in float64): keep the upper triangle's value for both
-            lower = np.tril_indices(M.shape[0], -1)
             M[lower] = M.T[lower]
         return M
 
     C, T = pin(C, Ka), pin(np.array(T), Ta)
+    # the pairs that go through the gap-carrying map (``near``, 1 - rho^2 < _NEAR) and their gap ``S`` (meaningful
+    # on ``near`` only)
+    near = S = None
+    if not batch and fg is not None:
+        # the pair's gap 1 - rho^2 after the input layer, exact from the rows as given: the input Dense
+        # layer's own gap rule (calculus._sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap
+        from .calculus import Dense
+
+        f_in = _cached(_compile_layers, (Dense(),), (), parameterization, False, False, True)
+        with np.errstate(all="ignore"):
+            S = _full(f_in(da[:, None] / d, db[None, :] / d, dot / d, 0.0, _input_gap(a, b, dot, da, db),
+                           sw, sb, n_width)[-1], C.shape)
+            # a zero row (h = b) has no angle; its pair is not near-parallel either: the rounded gap is exact enough
+            zero = (da[:, None] == 0) | (db[None, :] == 0)
+            S[zero] = _naive_gap(Ka[:, None], Kb[None, :], C)[zero]
+        S[rows, cols] = 1.0
+        S = np.maximum(S, 0.0)
+        near = S < _NEAR
     diag = [Ka.copy()] if per_layer else None
     zero_T = np.zeros(())
     with np.errstate(all="ignore"):
@@ -522,14 +614,64 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
                 if per_layer:
                     diag.append(Ka.copy())
                 continue
-            outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, sw, sb, n_width)
+            n_near = np.count_nonzero(near) if near is not None else 0
+            full = n_near > C.size // 5
+            if not full:
+                outs = f(Ka[:, None], Kb[None, :], C, T if want_ntk else zero_T, sw, sb, n_width)
+                Cn, Tn = _full(outs[0], C.shape), (_full(outs[1], C.shape) if want_ntk else None)
             da_out = f(Ka, Ka, Ka, Ta if want_ntk else zero_T, sw, sb, n_width)
             db_out = da_out if same else f(Kb, Kb, Kb, Tb if want_ntk else zero_T, sw, sb, n_width)
+            if n_near:
+                # near-(anti)parallel pairs: the map that carries the gap. K12 is taken from the gap,
+                # K12 = +-sqrt(K1 K2 (1 - gap)): the rules use both (rho and sqrt(gap) in atan2), and a rounding
+                # of rho that disagrees with the exact gap is amplified by the map's slope in rho alone (1.4 per
+                # block for ReLU + ln_post: 3e-12 at depth 32)
+                if full:
+                    # most pairs are near (deep ordered nets, near-duplicate inputs): the gap map on the whole
+                    # matrix, the others entering with the gap of their rounded kernels
+                    root = np.multiply.outer(np.sqrt(Ka), np.sqrt(Kb))
+                    S = np.where(near, S, _naive_gap(Ka[:, None], Kb[None, :], C))
+                    Cs = np.where(near, np.copysign(root * np.sqrt(1 - S), C), C)
+                    o = fg(Ka[:, None], Kb[None, :], Cs, T if want_ntk else zero_T, S, sw, sb, n_width)
+                    Cn, Tn = _full(o[0], C.shape), (_full(o[1], C.shape) if want_ntk else None)
+                    S = _full(o[-1], C.shape)
+                    kept = S < _NEAR
+                else:
+                    idx = np.flatnonzero(near)
+                    i, j = np.divmod(idx, C.shape[1])
+                    gaps = S.ravel()[idx]
+                    Cs = np.copysign(np.sqrt(Ka[i]) * np.sqrt(Kb[j]) * np.sqrt(1 - gaps),
+                                     C.ravel()[idx])
+                    o = fg(Ka[i], Kb[j], Cs, T.ravel()[idx] if want_ntk else zero_T, gaps, sw, sb, n_width)
+                    Cn.ravel()[idx] = o[0]
+                    if want_ntk:
+                        Tn.ravel()[idx] = o[1]
+                    gaps = _full(o[-1], idx.shape)
+                    S.ravel()[idx] = gaps
+                    kept = np.zeros(C.shape, dtype=bool)
+                    kept.ravel()[idx[gaps < _NEAR]] = True
             Ka, Kb = _full(da_out[0], Ka.shape), _full(db_out[0], Kb.shape)
-            C = pin(_full(outs[0], C.shape), Ka)
+            C = pin(Cn, Ka)
             if want_ntk:
                 Ta, Tb = _full(da_out[1], Ka.shape), _full(db_out[1], Kb.shape)
-                T = pin(_full(outs[1], C.shape), Ta)
+                T = pin(Tn, Ta)
+            if fg is not None:
+                # pairs that came within the gap (not identical ones): they enter with the gap of the rounded
+                # kernels (theta right to ~1e-16 / theta absolute: ~3e-15 there); tracked ones keep theirs
+                thr = np.multiply.outer(np.sqrt(Ka) * np.sqrt(1 - _NEAR), np.sqrt(Kb))
+                cand = np.abs(C) > thr
+                cand[rows, cols] = False
+                if S is None:
+                    S = np.ones(C.shape)
+                if n_near:
+                    new = cand & ~kept
+                    near = cand | kept
+                    near[rows, cols] = False
+                else:
+                    new = near = cand
+                if new.any():
+                    i, j = np.nonzero(new)
+                    S[i, j] = _naive_gap(Ka[i], Kb[j], C[i, j])
             if per_layer:
                 diag.append(Ka.copy())
     bad = [name for name, v in (("nngp", C), ("ntk", T if want_ntk else C)) if not np.all(np.isfinite(v))]
