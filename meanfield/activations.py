@@ -310,7 +310,9 @@ class ScaleInvariant(Activation):
         rho = K12 / sp.sqrt(K1 * K2)
         if gap is not None:
             return sp.atan2(sp.sqrt(gap), rho), sp.sqrt(gap)
-        return sp.acos(rho), sp.sqrt(sp.Mul(1 - rho, 1 + rho, evaluate=False))
+        # unevaluated (the product's two factors printed as they are) only for symbols: an
+        # unevaluated 0 * 2 at rho = 1 sends sympy's assumption system into InconsistentAssumptions
+        return sp.acos(rho), sp.sqrt(sp.Mul(1 - rho, 1 + rho, evaluate=rho.is_number))
 
     def kernel(self, K1, K2, K12, gap=None):
         # sqrt(K1 K2 - K12^2) is written sqrt(K1 K2) sqrt((1 - rho)(1 + rho)) with the same rho as
