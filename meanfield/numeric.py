@@ -288,7 +288,9 @@ class _Gen:
                 f"def {qname}(K):",
                 "    if not K >= 0.0:",
                 "        return math.nan",
-                f"    val, scale, delta, ok = _quad1_{i}(math.sqrt(K), _CUTS_{i}, {self._rule(QUAD_MAX_LEVEL, _TOL_BASE_1D)})",
+                "    s = math.sqrt(K)",
+                f"    val, scale, delta, ok = _quad1_{i}(s, _scale_cuts(_CUTS_{i}, s), "
+                f"{self._rule(QUAD_MAX_LEVEL, _TOL_BASE_1D)})",
                 "    # not converged at the finest level: NaN, which the solvers report",
                 "    return val if ok else math.nan",
                 "",

@@ -408,19 +408,25 @@ def test_fallback_two_point(name, mp_smooth2):
     assert abs(direct - f(0.5, 2.0, 0.8)[0]) < 1e-14 * abs(direct)
 
 
+_C, _A = mp.sqrt(2 / mp.pi), mp.mpf("0.044715")
+
+
 @pytest.mark.parametrize("name, d1", [
     ("silu", lambda h: mp.mpf(1) / (1 + mp.exp(-h)) * (1 + h / (1 + mp.exp(h)))),
     ("softplus", lambda h: mp.mpf(1) / (1 + mp.exp(-h))),
+    ("gelu_tanh", lambda h: (1 + mp.tanh(_C * (h + _A * h**3))) / 2
+     + h / 2 * mp.sech(_C * (h + _A * h**3)) ** 2 * _C * (1 + 3 * _A * h**2)),
 ])
 def test_step_like_derivative_moment_at_huge_K(name, d1):
-    # E[phi'(h)^2] -> 1/2 + O(K^-1/2) for ReLU-like phi: at K = 1e12..1e18 the structure at |h| ~ 1 is
-    # 1e-6..1e-9 of the value, and the quadrature's base rule passed its error test (1e-8) with
-    # errors of 8e-14 (K = 1e12) to 2e-13 (1e15) for SiLU. Reference: 1/2 plus the localised
-    # integral of phi'^2 - 1{h > 0} against the N(0, K) density, in h (30-digit mpmath).
+    # E[phi'(h)^2] -> 1/2 + O(K^-1/2) for ReLU-like phi: at K = 1e12..1e22 the structure at |h| ~ 1 is
+    # 1e-6..1e-11 of the value and the exp-sinh rule from h = 0 spaces its nodes by ~2x there: the
+    # quadrature passed its error test with errors of 8e-14 (SiLU, K = 1e12), 2e-13 (SiLU, 1e15) and
+    # 1.3e-13 (GELU-tanh, 1e20). Reference: 1/2 plus the localised integral of phi'^2 - 1{h > 0}
+    # against the N(0, K) density, in h (30-digit mpmath).
     with mp.workdps(30):
-        for K0 in (1e12, 3.16e14, 1e15, 1e18):
+        for K0 in (1e6, 1e12, 3.16e14, 1e15, 1e18, 1e20, 1e22):
             K = mp.mpf(K0)
             g = lambda h: (d1(h) ** 2 - (1 if h > 0 else 0)) * mp.exp(-h * h / (2 * K))  # noqa: E731
-            ref = mp.mpf(1) / 2 + mp.quad(g, [-mp.inf, -20, 0, 20, mp.inf]) / mp.sqrt(2 * mp.pi * K)
+            ref = mp.mpf(1) / 2 + mp.quad(g, [-mp.inf, -20, -5, -1, 0, 1, 5, 20, mp.inf]) / mp.sqrt(2 * mp.pi * K)
             p = mf.kernel_profile(name, depth=2, sigma_w=1.0, sigma_b=0.0, K0=K0)
             assert abs(p.chi_J[0] - ref) <= 2e-15 * ref, (K0, p.chi_J[0], ref)
