@@ -90,9 +90,11 @@ def _rule(zc_bytes: bytes, h0: float):
     z = np.concatenate([z0, z1])
     w = np.concatenate([w0, w1])
     wc = np.concatenate([2.0 * w0, np.zeros_like(w1)])
-    # nodes of weight below 1e-22 (u < ~1e-21 next to a breakpoint, |z| > ~9.8 in the tails: a quarter
-    # of the rule) carry less than 1e-20 of the Gaussian mass; activations grow at most linearly
-    keep = w > 1e-22
+    # nodes where w exp(z^2 / 4) < 1e-22 are left out: u < ~1e-21 next to a breakpoint, and |z| > ~14.5 in
+    # the tails. The Hermite factor matters: |h_k(z)| reaches ~exp(z^2 / 4) (Cramer's bound), so a tail
+    # node of weight 1e-22 at z = 10 can carry h_15(z) ~ 1e9 (cutting at w > 1e-22 alone cost 4e-14 in
+    # a_15 of tanh at K = 15); activations grow at most linearly
+    keep = w * np.exp(0.25 * np.minimum(z * z, 2800.0)) > 1e-22
     return z[keep], w[keep], wc[keep]
 
 

@@ -41,9 +41,12 @@ SP = {"tanh": sp.tanh(_x), "dtanh": 1 - sp.tanh(_x) ** 2, "silu": _x / (1 + sp.e
       "dsilu": sp.diff(_x / (1 + sp.exp(-_x)), _x)}
 
 
+PARITY = {"tanh": 1, "dtanh": 0, "silu": None, "dsilu": None}
+
+
 def _moment(name):
     f = numpy_function(sp.Lambda(_x, SP[name]))
-    return ProductMoment(f, f, (), (), same=True)
+    return ProductMoment(f, f, (), (), same=True, parity=(PARITY[name], PARITY[name]))
 
 
 def _gauss(h):
@@ -66,7 +69,15 @@ def _ref_1d(name, K1, K2, rho):
 
 def _check(name, K1, K2, rho, ref, tol):
     K12 = rho * np.sqrt(K1 * K2)
-    v = _moment(name)(np.array([K1]), np.array([K2]), np.array([K12]))[0]
+    E = _moment(name)
+    v = E(np.array([K1]), np.array([K2]), np.array([K12]))[0]
+    # the Gram-matrix path (K1 a column, K2 a row: what kernels calls) on the same pair
+    vm = E(np.array([[K1]]), np.array([[K2]]), np.array([[K12]]))[0, 0]
+    _check_value(name, K1, K2, rho, ref, tol, vm)
+    _check_value(name, K1, K2, rho, ref, tol, v)
+
+
+def _check_value(name, K1, K2, rho, ref, tol, v):
     scale = float(mp.sqrt(_gauss(lambda z: MP[name][0](mp.sqrt(K1) * z) ** 2)
                           * _gauss(lambda z: MP[name][0](mp.sqrt(K2) * z) ** 2)))
     err = abs(v - float(ref))
@@ -119,6 +130,45 @@ def _ref_2d(name, K1, K2, rho):
 def test_against_mpmath_2d(name, K1, K2, rho):
     # about 2 minutes each (the nested mpmath integral)
     _check(name, K1, K2, rho, _ref_2d(name, K1, K2, rho), 1e-12)
+
+
+@pytest.mark.parametrize("name", ["tanh", "dtanh", "silu", "dsilu"])
+def test_hermite_coefficients_against_mpmath(name):
+    """a_k(K) = E[f(sqrt(K) z) He_k(z)] / sqrt(k!) from both rules (the trapezoid in z for K <= 16, the
+    exp-sinh rule above; the usable orders only) against mpmath at 30 digits, k <= 32."""
+    from meanfield._gram_quadrature import _Coefficients
+
+    f = numpy_function(sp.Lambda(_x, SP[name]))
+    K = np.array([1e-3, 0.8, 15.0, 1e3])
+    c = _Coefficients(f, np.zeros(0), K, 32, 1.0 / 64)
+    assert np.all(c.usable[:3] == 32)          # the smooth functions pass the step-doubling test
+    for i, k in enumerate(K):
+        s = mp.sqrt(mp.mpf(k))
+        for n in (0, 1, 6, 15, 22, 31):
+            if n > c.usable[i]:
+                continue
+            ref = _gauss(lambda z: MP[name][0](s * z) * mp.hermite(n, z / mp.sqrt(2)) / mp.sqrt(2) ** n) \
+                / mp.sqrt(mp.factorial(n))
+            assert abs(c.a[i, n] - float(ref)) <= 1e-15 * np.sqrt(c.energy[i]), (name, k, n, c.a[i, n], ref)
+
+
+def test_matrix_path_equals_pairs():
+    """The Gram-matrix path (compiled rows, upper triangle mirrored) gives every entry the value of the
+    same pair alone (the truncation of an entry depends on the entry only), to the last bit."""
+    rng = np.random.default_rng(3)
+    K = rng.uniform(0.05, 20.0, 30)
+    A = rng.standard_normal((30, 4))
+    C = A @ A.T
+    C = C / np.sqrt(np.outer(np.diag(C), np.diag(C))) * np.sqrt(np.outer(K, K))
+    C = (C + C.T) / 2
+    np.fill_diagonal(C, K)
+    for name in ("tanh", "dsilu"):
+        E = _moment(name)
+        M = E(K[:, None], K[None, :], C)
+        np.testing.assert_array_equal(M, M.T)
+        iu = np.triu_indices(30)
+        flat = E(K[iu[0]], K[iu[1]], C[iu])
+        np.testing.assert_allclose(M[iu], flat, rtol=1e-15, atol=1e-300)
 
 
 def test_price_theorem_finite_difference():
