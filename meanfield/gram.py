@@ -495,12 +495,13 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     ids = ids.ravel()
     rows, cols = np.nonzero(ids[:a.shape[0], None] == ids[None, a.shape[0]:])
 
+    lower = np.tril_indices(a.shape[0], -1) if same else None
+
     def pin(M, Ma):
         M[rows, cols] = Ma[rows]
         if same:
             # a map symmetric in (K1, K2) can still round differently when they are swapped (a product
             # of three factors is not associative in float64): keep the upper triangle's value for both
-            lower = np.tril_indices(M.shape[0], -1)
             M[lower] = M.T[lower]
         return M
 
