@@ -101,10 +101,29 @@ def test_against_mpmath_1d_references(name, K1, K2, rho):
     _check(name, K1, K2, rho, _ref_1d(name, K1, K2, rho), 1e-12)
 
 
-@pytest.mark.parametrize("name", ["tanh", "dtanh"])
+@pytest.mark.parametrize("name", ["tanh", "dtanh", "silu", "dsilu"])
 def test_large_K_near_parallel(name):
-    # step-like integrands, |rho| -> 1: the series does not settle these, the nested engine does
+    # step-like or kink-like integrands, |rho| -> 1: the series does not settle these; the conditional rule
+    # (SiLU: phi and phi' are analytic) or the nested engine (tanh at K = 1e3: sigma = 0, its own path) does
     _check(name, 1e3, 800.0, 1.0 - 1e-12, _ref_1d(name, 1e3, 800.0, 1.0 - 1e-12), 1e-12)
+
+
+@pytest.mark.parametrize("name", ["silu", "dsilu"])
+def test_conditional_rule_against_nested_engine(name):
+    """The entries the series leaves at large K and 1 - rho = 1e-4 .. 1e-8 (sigma = 0.01 .. 4), by the
+    conditional rule, against the package's nested exp-sinh engine (an independent algorithm)."""
+    K1, K2 = np.array([300.0, 1e3, 150.0, 2e3]), np.array([250.0, 1e3, 190.0, 1.5e3])
+    rho = np.array([1 - 1e-5, 1 - 1e-8, 1 - 1e-4, 1 - 1e-6])
+    K12 = rho * np.sqrt(K1 * K2)
+    pm = _moment(name)
+    out = np.full(4, np.nan)
+    left = pm._conditional(np.arange(4), K1, K2, K12, out)
+    assert left.size == 0
+    f = numpy_function(sp.Lambda(_x, SP[name]))
+    ref = expect2(lambda u, v: f(u) * f(v), K1, K2, K12)
+    scale = np.sqrt(pm(K1, K1, K1) * pm(K2, K2, K2))
+    assert np.all(np.abs(out - ref) <= 1e-12 * scale), (out, ref, (out - ref) / scale)
+    np.testing.assert_array_equal(pm(K1, K2, K12), out)
 
 
 def _ref_2d(name, K1, K2, rho):
