@@ -30,25 +30,35 @@ Error control
   |sum_{k>N} rho^k a_k b_k| <= |rho|^(N+1) sqrt(T_f(N) T_g(N)),
   T_f(N) = E[f(u)^2] - sum_{k<=N} a_k^2 (the tail of f's Hermite energy,
   computed from the same one-point rule). Each entry takes the smallest N of
-  the ladder 8, 16, ..., kmax whose bound is below ``TOL`` = 1e-14 of
-  sqrt(E[f(u)^2] E[g(v)^2]) (the Cauchy-Schwarz bound of the value itself).
-  The series is a polynomial in rho: no sqrt(1 - rho^2), no loss of
-  precision for near-parallel or antiparallel inputs.
-* Coefficients: the one-point engine's rule (:data:`meanfield.gaussian.QUAD1_SOURCE`:
+  the ladder 2, 4, ..., 16, 20, ..., 32, 40, ..., kmax whose bound is below
+  ``TOL`` = 1e-14 of sqrt(E[f(u)^2] E[g(v)^2]) (the Cauchy-Schwarz bound of
+  the value itself), and sums its own terms (its value depends on the pair
+  alone). The series is a polynomial in rho: no sqrt(1 - rho^2), no loss of
+  precision for near-parallel or antiparallel inputs. An even or odd f or g
+  (proved by sympy) has every other coefficient exactly 0; the sum then runs
+  in rho^2.
+* Coefficients: for f without breakpoints and sqrt(K) h <= 1/4, the
+  trapezoid rule in z (|z| <= 13, h = 1/4, 1/8 or 1/16; exponentially
+  convergent for analytic integrands); otherwise, or where it fails its test,
+  the one-point engine's rule (:data:`meanfield.gaussian.QUAD1_SOURCE`:
   exp-sinh from z = 0 and the breakpoints of f, tanh-sinh between them,
   log-uniform near them, so that tanh(sqrt(K) z) is resolved at any K),
-  with step 1/64 in t for k <= 128 and 1/128 for k <= 256. The even nodes
-  form the rule of twice the step; a coefficient is used only where the two
-  agree to 1e-8 of sqrt(E f^2) (the trapezoid rule in t converges
+  with step 1/64 in t for k <= 128 and 1/128 for k <= 256 (first level:
+  k <= 32). The even nodes form the rule of twice the step; a coefficient is
+  used only where the two agree to 1e-8 of sqrt(E f^2) (the rules converge
   exponentially, so the finer rule is then at rounding level, as in the
-  one-point engine; measured against mpmath: 1e-16 absolute for tanh(s z),
-  s = 1..32, k <= 255).
-* Entries the series does not settle (|rho| close to 1 with slowly decaying
-  Hermite coefficients: a kinked f, as ELU' or a user activation with a
-  kink, or a step-like f at large K) are computed one by one with the
-  nested engine of :func:`meanfield.gaussian.expect2` (its own error
-  control); one that does not converge there is a ValueError, never a
-  number.
+  one-point engine; tested against mpmath at 30 digits).
+* Gram matrices (K1 a column, K2 a row, K12 a matrix: what ``kernels``
+  passes): the first level is summed by the compiled :func:`_gram_rows`
+  (vectorised over each row; the upper triangle when symmetric).
+* Entries the series does not settle: for f and g without breakpoints and a
+  conditional width sigma = sqrt(K2 (1 - rho^2)) <= 4, the conditional
+  form E_z[f(s1 z) E_w[g(s2 rho z + sigma w)]] on an exp-sinh x trapezoid
+  product rule, vectorised over the entries, each level checked against the
+  rule of twice its step (:meth:`ProductMoment._conditional`); the others
+  one by one with the nested engine of :func:`meanfield.gaussian.expect2`
+  (its own error control); one that does not converge there is a
+  ValueError, never a number.
 * Identical arguments (K1 = K2 = K12, the diagonal and repeated inputs) get
   the one-point E[f(u) g(u)] on the same rule, which is also the series'
   limit at rho = 1 (sum a_k b_k + the tail), so the diagonal is pinned to the
