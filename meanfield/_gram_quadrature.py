@@ -167,7 +167,7 @@ _TRAP_Z = 13.0
 #: the conditional rule for the entries the series leaves: outer exp-sinh step, inner trapezoid steps
 #: in w (an entry takes the first with sigma h <= _COND_SH), and the inner grid's half-width (phi(9) = 1e-18)
 _COND_H = 1.0 / 32
-_COND_W_STEPS = (1.0 / 2, 1.0 / 4, 1.0 / 8)
+_COND_W_STEPS = (1.0 / 2, 1.0 / 4, 1.0 / 8, 1.0 / 16, 1.0 / 32)
 _COND_SH = 0.5
 _COND_W = 9.0
 
