@@ -52,7 +52,7 @@ Error control
   passes): the first level is summed by the compiled :func:`_gram_rows`
   (vectorised over each row; the upper triangle when symmetric).
 * Entries the series does not settle: for f and g without breakpoints and a
-  conditional width sigma = sqrt(K2 (1 - rho^2)) <= 4, the conditional
+  conditional width sigma = sqrt(K2 (1 - rho^2)) <= 16, the conditional
   form E_z[f(s1 z) E_w[g(s2 rho z + sigma w)]] on an exp-sinh x trapezoid
   product rule, vectorised over the entries, each level checked against the
   rule of twice its step (:meth:`ProductMoment._conditional`); the others
@@ -717,12 +717,12 @@ class ProductMoment:
 
         (z, w) independent standard normals, vectorised over the entries: the outer integral on the
         exp-sinh rule from z = 0 at step 1/32 (the one-point engine's base rule), the inner one on the
-        trapezoid rule in w (|w| <= 9, step 1/2, 1/4 or 1/8 as sigma grows: g(m + sigma w) is analytic in a
+        trapezoid rule in w (|w| <= 9, step 1/2 down to 1/32 as sigma grows: g(m + sigma w) is analytic in a
         strip of half-width d / sigma when g is in one of half-width d). Each level is checked against
         the rule of twice its step, both to TOL_COEFF of sqrt(E f^2 E g^2) (the two expectations on the same
         nodes): the finer rules are then at rounding level, as in the one-point engine. Only for f and g
         without breakpoints (a kink is not analytic: the nested engine takes those); entries that fail
-        either check, or whose sigma is above 4, are returned for the nested engine."""
+        either check, or whose sigma is above 16, are returned for the nested engine."""
         if self.cuts_f.size or self.cuts_g.size:
             return pend
         a, b, c = k1[pend], k2[pend], k12[pend]
