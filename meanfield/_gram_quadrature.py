@@ -30,25 +30,35 @@ Error control
   |sum_{k>N} rho^k a_k b_k| <= |rho|^(N+1) sqrt(T_f(N) T_g(N)),
   T_f(N) = E[f(u)^2] - sum_{k<=N} a_k^2 (the tail of f's Hermite energy,
   computed from the same one-point rule). Each entry takes the smallest N of
-  the ladder 8, 16, ..., kmax whose bound is below ``TOL`` = 1e-14 of
-  sqrt(E[f(u)^2] E[g(v)^2]) (the Cauchy-Schwarz bound of the value itself).
-  The series is a polynomial in rho: no sqrt(1 - rho^2), no loss of
-  precision for near-parallel or antiparallel inputs.
-* Coefficients: the one-point engine's rule (:data:`meanfield.gaussian.QUAD1_SOURCE`:
+  the ladder 2, 4, ..., 16, 20, ..., 32, 40, ..., kmax whose bound is below
+  ``TOL`` = 1e-14 of sqrt(E[f(u)^2] E[g(v)^2]) (the Cauchy-Schwarz bound of
+  the value itself), and sums its own terms (its value depends on the pair
+  alone). The series is a polynomial in rho: no sqrt(1 - rho^2), no loss of
+  precision for near-parallel or antiparallel inputs. An even or odd f or g
+  (proved by sympy) has every other coefficient exactly 0; the sum then runs
+  in rho^2.
+* Coefficients: for f without breakpoints and sqrt(K) h <= 1/4, the
+  trapezoid rule in z (|z| <= 13, h = 1/4, 1/8 or 1/16; exponentially
+  convergent for analytic integrands); otherwise, or where it fails its test,
+  the one-point engine's rule (:data:`meanfield.gaussian.QUAD1_SOURCE`:
   exp-sinh from z = 0 and the breakpoints of f, tanh-sinh between them,
   log-uniform near them, so that tanh(sqrt(K) z) is resolved at any K),
-  with step 1/64 in t for k <= 128 and 1/128 for k <= 256. The even nodes
-  form the rule of twice the step; a coefficient is used only where the two
-  agree to 1e-8 of sqrt(E f^2) (the trapezoid rule in t converges
+  with step 1/64 in t for k <= 128 and 1/128 for k <= 256 (first level:
+  k <= 32). The even nodes form the rule of twice the step; a coefficient is
+  used only where the two agree to 1e-8 of sqrt(E f^2) (the rules converge
   exponentially, so the finer rule is then at rounding level, as in the
-  one-point engine; measured against mpmath: 1e-16 absolute for tanh(s z),
-  s = 1..32, k <= 255).
-* Entries the series does not settle (|rho| close to 1 with slowly decaying
-  Hermite coefficients: a kinked f, as ELU' or a user activation with a
-  kink, or a step-like f at large K) are computed one by one with the
-  nested engine of :func:`meanfield.gaussian.expect2` (its own error
-  control); one that does not converge there is a ValueError, never a
-  number.
+  one-point engine; tested against mpmath at 30 digits).
+* Gram matrices (K1 a column, K2 a row, K12 a matrix: what ``kernels``
+  passes): the first level is summed by the compiled :func:`_gram_rows`
+  (vectorised over each row; the upper triangle when symmetric).
+* Entries the series does not settle: for f and g without breakpoints and a
+  conditional width sigma = sqrt(K2 (1 - rho^2)) <= 16, the conditional
+  form E_z[f(s1 z) E_w[g(s2 rho z + sigma w)]] on an exp-sinh x trapezoid
+  product rule, vectorised over the entries, each level checked against the
+  rule of twice its step (:meth:`ProductMoment._conditional`); the others
+  one by one with the nested engine of :func:`meanfield.gaussian.expect2`
+  (its own error control); one that does not converge there is a
+  ValueError, never a number.
 * Identical arguments (K1 = K2 = K12, the diagonal and repeated inputs) get
   the one-point E[f(u) g(u)] on the same rule, which is also the series'
   limit at rho = 1 (sum a_k b_k + the tail), so the diagonal is pinned to the
@@ -68,8 +78,9 @@ TOL = 1e-14
 #: a coefficient is used where the rule and the rule of twice its step agree to this (of sqrt(E f^2))
 TOL_COEFF = 1e-8
 #: (largest k, step in t of the coefficients' rule): the levels tried in turn
-LEVELS = ((64, 1.0 / 64), (128, 1.0 / 64), (256, 1.0 / 128))
-_LADDER = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+LEVELS = ((32, 1.0 / 64), (64, 1.0 / 64), (128, 1.0 / 64), (256, 1.0 / 128))
+#: the truncation orders tried (even, ascending, starting at 2: the compiled loops step |rho|^(N+1) by rho^2)
+_LADDER = (2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
 _EPS = np.finfo(np.float64).eps
 
 
@@ -89,9 +100,11 @@ def _rule(zc_bytes: bytes, h0: float):
     z = np.concatenate([z0, z1])
     w = np.concatenate([w0, w1])
     wc = np.concatenate([2.0 * w0, np.zeros_like(w1)])
-    # nodes of weight below 1e-22 (u < ~1e-21 next to a breakpoint, |z| > ~9.8 in the tails: a quarter
-    # of the rule) carry less than 1e-20 of the Gaussian mass; activations grow at most linearly
-    keep = w > 1e-22
+    # nodes where w exp(z^2 / 4) < 1e-22 are left out: u < ~1e-21 next to a breakpoint, and |z| > ~14.5 in
+    # the tails. The Hermite factor matters: |h_k(z)| reaches ~exp(z^2 / 4) (Cramer's bound), so a tail
+    # node of weight 1e-22 at z = 10 can carry h_15(z) ~ 1e9 (cutting at w > 1e-22 alone cost 4e-14 in
+    # a_15 of tanh at K = 15); activations grow at most linearly
+    keep = w * np.exp(0.25 * np.minimum(z * z, 2800.0)) > 1e-22
     return z[keep], w[keep], wc[keep]
 
 
@@ -144,6 +157,79 @@ def _at_zero(f):
     return 0.5 * (f(np.array([1e-300]))[0] + f(np.array([-1e-300]))[0])
 
 
+_NO_CUTS = np.zeros(1).tobytes()
+#: the trapezoid rule in z: steps h tried for f(s z) (a row takes the first with s h <= _TRAP_SH), and
+#: the half-width of the grid (|z| <= 13: phi(13) h_k(13) < 1e-18 for k <= 256, against activations
+#: that grow at most linearly)
+_TRAP_STEPS = (1.0 / 4, 1.0 / 8, 1.0 / 16)
+_TRAP_SH = 0.25
+_TRAP_Z = 13.0
+#: the conditional rule for the entries the series leaves: outer exp-sinh step, inner trapezoid steps
+#: in w (an entry takes the first with sigma h <= _COND_SH), and the inner grid's half-width (phi(9) = 1e-18)
+_COND_H = 1.0 / 32
+_COND_W_STEPS = (1.0 / 2, 1.0 / 4, 1.0 / 8, 1.0 / 16, 1.0 / 32)
+_COND_SH = 0.5
+_COND_W = 9.0
+
+
+@functools.lru_cache(maxsize=8)
+def _trap_rule(h: float, half_width: float = _TRAP_Z):
+    """Nodes z = j h (|z| <= half_width, 13 unless given; j from -J to J, J even), weights h phi(z), and those of the rule of
+    twice the step (2 h phi(z) on the even j, 0 on the odd). The trapezoid rule for an integrand
+    analytic in a strip |Im z| < d converges like exp(-2 pi d / h) (Trefethen & Weideman 2014,
+    SIAM Review 56, Thm. 5.1), so where the two rules agree to 1e-8 the finer one is at rounding."""
+    J = 2 * int(np.ceil(half_width / h / 2))
+    j = np.arange(-J, J + 1)
+    z = j * h
+    w = h * np.exp(-0.5 * z * z) * 0.3989422804014327
+    wc = np.where(j % 2 == 0, 2.0 * w, 0.0)
+    for v in (z, w, wc):
+        v.setflags(write=False)
+    return z, w, wc
+
+
+@functools.lru_cache(maxsize=16)
+def _hermite_trap(h: float, kmax: int):
+    return _hermite_table(_trap_rule(h)[0], kmax)
+
+
+def _hermite_at(z, kmax):
+    for h in _TRAP_STEPS:
+        if z.size == _trap_rule(h)[0].size:
+            return _hermite_trap(h, kmax)
+    return _hermite_table(z, kmax)
+
+
+def _hermite_table(z, kmax):
+    H = np.empty((kmax + 1, z.size))
+    H[0] = 1.0
+    if kmax >= 1:
+        H[1] = z
+    for k in range(1, kmax):
+        H[k + 1] = (z * H[k] - np.sqrt(k) * H[k - 1]) / np.sqrt(k + 1.0)
+    return H
+
+
+def _project(f, s, z, w, wc, H):
+    """(a, E f^2, usable order) of f(s_i z) for the rows s_i on the rule (z, w) and the rule of twice its
+    step (wc): a coefficient is usable where the two agree to TOL_COEFF of sqrt(E f^2), and so are
+    all below it; -1 where not even E f^2 agrees."""
+    kmax = H.shape[0] - 1
+    F = f(s[:, None] * z[None, :])
+    F = np.where(w[None, :] > 0.0, F, 0.0)
+    even = wc > 0.0
+    a = (F * w) @ H.T
+    Fe = F[:, even]
+    ac = (Fe * wc[even]) @ H[:, even].T
+    e, ec = (F * F) @ w, (Fe * Fe) @ wc[even]
+    scale = np.sqrt(np.maximum(e, 1e-300))
+    bad = ~(np.abs(a - ac) <= TOL_COEFF * scale[:, None])
+    # the first k that failed bounds what is usable (higher ones oscillate faster)
+    first = np.where(bad.any(axis=1), np.argmax(bad, axis=1) - 1, kmax)
+    first = np.where(np.abs(e - ec) <= TOL_COEFF * scale**2, first, -1)
+    return a, e, first
+
+
 class _Coefficients:
     """Hermite coefficients a_k(K) of one function f for a set of variances K (rows).
 
@@ -151,7 +237,7 @@ class _Coefficients:
     E f^2 - sum_{j<=k} a_j^2 (>= 0); ``usable``: (m,) the largest k whose coefficients
     (and all below) passed the step-doubling test (-1: not even E f^2 did)."""
 
-    def __init__(self, f, cuts, K, kmax, h0):
+    def __init__(self, f, cuts, K, kmax, h0, parity=None):
         m = K.size
         self.a = np.zeros((m, kmax + 1))
         self.energy = np.zeros(m)
@@ -163,20 +249,27 @@ class _Coefficients:
                 self.a[rows, 0] = f0
                 self.energy[rows] = f0 * f0
                 continue
-            z, w, wc = _rule(key, h0)
-            H = _hermite(key, h0, kmax)
-            F = f(s[rows, None] * z[None, :])
-            F = np.where(w[None, :] > 0.0, F, 0.0)
-            even = wc > 0.0
-            a = (F * w) @ H.T
-            Fe = F[:, even]
-            ac = (Fe * wc[even]) @ H[:, even].T
-            e, ec = (F * F) @ w, (Fe * Fe) @ wc[even]
-            scale = np.sqrt(np.maximum(e, 1e-300))
-            bad = ~(np.abs(a - ac) <= TOL_COEFF * scale[:, None])
-            # the first k that failed bounds what is usable (higher ones oscillate faster)
-            first = np.where(bad.any(axis=1), np.argmax(bad, axis=1) - 1, kmax)
-            first = np.where(np.abs(e - ec) <= TOL_COEFF * scale**2, first, -1)
+            if key == _NO_CUTS:
+                # smooth f at moderate K: the trapezoid rule in z first (a fifth of the nodes); the rows
+                # where it does not give every order up to kmax take the exp-sinh rule below
+                a, e, first = np.zeros((rows.size, kmax + 1)), np.zeros(rows.size), np.full(rows.size, -1)
+                for h in _TRAP_STEPS:
+                    sel = np.nonzero((s[rows] * h <= _TRAP_SH) & (first < kmax))[0]
+                    if sel.size:
+                        z, w, wc = _trap_rule(h)
+                        a[sel], e[sel], first[sel] = _project(f, s[rows[sel]], z, w, wc, _hermite_at(z, kmax))
+                redo = np.nonzero(first < kmax)[0]
+                if redo.size:
+                    z, w, wc = _rule(key, h0)
+                    a2, e2, f2 = _project(f, s[rows[redo]], z, w, wc, _hermite(key, h0, kmax))
+                    better = f2 >= first[redo]
+                    a[redo[better]], e[redo[better]], first[redo[better]] = a2[better], e2[better], f2[better]
+            else:
+                z, w, wc = _rule(key, h0)
+                a, e, first = _project(f, s[rows], z, w, wc, _hermite(key, h0, kmax))
+            if parity is not None:
+                # f even (parity 0) or odd (1): the other orders vanish exactly (the rule gives rounding)
+                a[:, 1 - parity::2] = 0.0
             self.a[rows], self.energy[rows], self.usable[rows] = a, e, first
         # the tail is a difference of two sums of size E f^2: below a few eps E f^2 it is rounding, and a
         # tail rounded to 0 would make the Cauchy-Schwarz bound 0 whatever the other factor's tail
@@ -267,6 +360,166 @@ def _series_sum(i1, i2, rho, AT, BT, EA, EB, TA, TB, UA, UB, ladder, tol, out):
     return order
 
 
+@njit(cache=True, nogil=True)
+def _is_symmetric(C):
+    """C == C.T exactly (square C), by blocks (a transposed read of a 1000 x 1000 matrix, no copy)."""
+    n = C.shape[0]
+    if C.shape[1] != n:
+        return False
+    blk = 64
+    for i0 in range(0, n, blk):
+        for j0 in range(i0, n, blk):
+            for i in range(i0, min(i0 + blk, n)):
+                for j in range(max(j0, i + 1), min(j0 + blk, n)):
+                    if not C[i, j] == C[j, i]:
+                        return False
+    return True
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _gram_rows(k1, k2, C, ia, ib, A, Bc, sA, sBc, eA, eBc, uA, ladder, tol, step, par, upper, same, out, state):
+    """The series over a Gram matrix (the layout ``kernels`` uses: K1 a column, K2 a row, K12 (n1, n2)).
+
+    ``ia``/``ib``: each row's / column's coefficient row (-1: a non-finite variance); ``A`` (m, kmax + 1)
+    the row function's coefficients, ``sA`` the square roots of its tails T_f(N), ``uA`` its usable
+    orders; ``Bc``, ``sBc`` (kmax + 1, n2) the column function's coefficients and sqrt tails gathered
+    per column (so that the inner loops read contiguous memory; sBc is 1e300 above a column's usable
+    order), ``eA``, ``eBc`` sqrt(E f^2), sqrt(E g^2). ``step``/``par``: only orders k = par (mod step)
+    are nonzero (step 2: f and g odd, or both even; the Horner sum then runs in rho^2). ``upper``:
+    the upper triangle only, mirrored (a symmetric matrix). Each entry takes the smallest N of
+    ``ladder`` with |rho|^(N+1) sqrt(T_f(N) T_g(N)) <= tol sqrt(E f^2 E g^2) and N <= both usable
+    orders, and sums its own terms up to N (a select, so that the value depends on the pair alone).
+    ``state``: 0 done, 1 not settled (no N of the ladder), 2 identical arguments without a
+    one-point value here (f != g, or E f^2 not usable), 3 a non-finite variance (NaN)."""
+    # per row, views that start at j0 and loops from 0 (a loop from a variable start is not
+    # vectorised by numba: negative indices wrap around)
+    n1 = k1.size
+    n2 = k2.size
+    rho_ = np.empty(n2)
+    x_ = np.empty(n2)
+    pw_ = np.empty(n2)
+    r2_ = np.empty(n2)
+    sc_ = np.empty(n2)
+    order_ = np.empty(n2)
+    acc_ = np.empty(n2)
+    flag_ = np.empty(n2)
+    for i in range(n1):
+        a = ia[i]
+        j0 = i if upper else 0
+        m = n2 - j0
+        orow = out[i, j0:]
+        srow = state[i, j0:]
+        if a < 0:
+            for j in range(m):
+                orow[j] = np.nan
+                srow[j] = 3
+            continue
+        crow = C[i, j0:]
+        kk = k2[j0:]
+        ibr = ib[j0:]
+        eb = eBc[j0:]
+        rho = rho_[:m]
+        x = x_[:m]
+        pw = pw_[:m]
+        r2 = r2_[:m]
+        sc = sc_[:m]
+        order = order_[:m]
+        acc = acc_[:m]
+        flag = flag_[:m]
+        ki = k1[i]
+        ea = tol * eA[a]
+        # branch-free over the row (vectorised); the special entries are fixed below
+        for j in range(m):
+            c = crow[j]
+            d = np.sqrt(ki * kk[j])
+            r = c / d if d > 0.0 else 0.0
+            r = min(1.0, max(-1.0, r))
+            rho[j] = r
+            r2[j] = r * r
+            pw[j] = abs(r) * r * r          # |rho|^(N + 1) for N = ladder[0] = 2
+            sc[j] = ea * eb[j]
+            order[j] = -1.0
+            sp_ = (ibr[j] < 0) | (c - c != 0.0) | ((kk[j] == ki) & (c == ki))
+            flag[j] = 1.0 if sp_ else 0.0
+        special = 0
+        for j in range(m):
+            special += flag[j] != 0.0
+        if special:
+            for j in range(m):
+                if flag[j] == 0.0:
+                    continue
+                c = crow[j]
+                if ibr[j] < 0 or not np.isfinite(c):
+                    orow[j] = np.nan
+                    srow[j] = 3
+                elif same and uA[a] >= 0:
+                    # identical arguments: the one-point E[f^2] on the same rule, the series' value at rho = 1
+                    orow[j] = eA[a] * eA[a]
+                    srow[j] = 0
+                else:
+                    srow[j] = 2
+                order[j] = -2.0
+                sc[j] = -1.0
+        # the smallest N per entry, level by level (vectorised over the row; stop when all are settled)
+        prev = ladder[0]
+        kmax = -1
+        left = m - special
+        for L in range(ladder.size):
+            if left == 0:
+                break
+            N = ladder[L]
+            if N > uA[a]:
+                break
+            for _ in range((N - prev) // 2):
+                for j in range(m):
+                    pw[j] *= r2[j]
+            prev = N
+            st = sA[a, N]
+            fN = float(N)
+            sB = sBc[N, j0:]
+            for j in range(m):
+                o = order[j]
+                ok = pw[j] * st * sB[j] <= sc[j]
+                order[j] = fN if (o == -1.0) & ok else o
+            kmax = N
+            left = 0
+            for j in range(m):
+                left += order[j] == -1.0
+        # Horner from the row's largest order down, in rho^step
+        for j in range(m):
+            acc[j] = 0.0
+            x[j] = r2[j] if step == 2 else rho[j]
+        top = kmax - ((kmax - par) % step) if kmax >= 0 else -1
+        for k in range(top, -1, -step):
+            ak = A[a, k]
+            bk = Bc[k, j0:]
+            fk = float(k)
+            for j in range(m):
+                t = ak * bk[j] if fk <= order[j] else 0.0
+                acc[j] = acc[j] * x[j] + t
+        if step == 2 and par == 1:
+            for j in range(m):
+                acc[j] *= rho[j]
+        for j in range(m):
+            o = order[j]
+            orow[j] = acc[j] if o >= 0.0 else orow[j]
+        if left or special:
+            for j in range(m):
+                o = order[j]
+                if o >= 0.0:
+                    srow[j] = 0
+                elif o == -1.0:
+                    srow[j] = 1
+        else:
+            for j in range(m):
+                srow[j] = 0
+        if upper:
+            for j in range(1, m):
+                out[j0 + j, i] = orow[j]
+                state[j0 + j, i] = srow[j]
+    return 0
+
+
 # ---------------------------------------------------------------------------
 # E[f(u) g(v)] over arrays.
 # ---------------------------------------------------------------------------
@@ -278,8 +531,10 @@ class ProductMoment:
     ValueError where no method reaches the tolerance.
     """
 
-    def __init__(self, f, g, cuts_f=(), cuts_g=(), same=False):
+    def __init__(self, f, g, cuts_f=(), cuts_g=(), same=False, parity=(None, None)):
         self.f, self.g = f, g
+        # (parity of f, of g): 0 even, 1 odd, None neither (or not known)
+        self.parity = (parity[0], parity[0] if same else parity[1])
         self.cuts_f = np.asarray(cuts_f, dtype=np.float64).ravel()
         self.cuts_g = np.asarray(cuts_g, dtype=np.float64).ravel()
         self.same = same
@@ -293,6 +548,14 @@ class ProductMoment:
         return interpreted_expect2(lambda u, v: f(u) * g(v), self.cuts_f, cv)
 
     def __call__(self, K1, K2, K12):
+        K1, K2, K12 = (np.asarray(a, dtype=np.float64) for a in (K1, K2, K12))
+        shape = np.broadcast_shapes(K1.shape, K2.shape, K12.shape)
+        if len(shape) == 2 and K1.shape == (shape[0], 1) and K2.shape == (1, shape[1]) and K12.shape == shape:
+            return self._matrix(K1[:, 0], K2[0], K12)
+        return self._generic(K1, K2, K12)
+
+    def _generic(self, K1, K2, K12, start=0):
+        """Any broadcastable arrays; ``start``: the first level of coefficients to try."""
         K1, K2, K12 = (np.asarray(a, dtype=np.float64) for a in (K1, K2, K12))
         shape = np.broadcast_shapes(K1.shape, K2.shape, K12.shape)
         # distinct variances from the arrays as given (K1 is usually a column, K2 a row)
@@ -321,17 +584,20 @@ class ProductMoment:
             # a symmetric Gram matrix (x2 = None): the upper triangle, mirrored at the end
             todo &= np.triu(np.ones(shape, dtype=bool)).ravel()
         pend = np.nonzero(todo)[0]
-        for kmax, h0 in LEVELS:
+        if self._zero():
+            out[pend] = 0.0
+            pend = pend[:0]
+        for kmax, h0 in LEVELS[start:]:
             if pend.size == 0:
                 break
             # coefficients only for the variances the pending entries use
             n1, n2 = _used(i1[pend], u1.size), _used(i2[pend], u2.size)
-            ca = _Coefficients(self.f, self.cuts_f, u1[n1], kmax, h0)
-            if self.same and h0 == LEVELS[0][1]:
+            ca = _Coefficients(self.f, self.cuts_f, u1[n1], kmax, h0, self.parity[0])
+            if self.same and (kmax, h0) == LEVELS[0]:
                 ok_e = ca.usable >= 0
                 self._energy = (u1[n1][ok_e], ca.energy[ok_e])
             cb = ca if (self.same and np.array_equal(u1[n1], u2[n2])) else \
-                _Coefficients(self.g, self.cuts_g, u2[n2], kmax, h0)
+                _Coefficients(self.g, self.cuts_g, u2[n2], kmax, h0, self.parity[1])
             pos1 = np.zeros(u1.size, dtype=np.int64)
             pos1[n1] = np.arange(n1.size)
             pos2 = np.zeros(u2.size, dtype=np.int64)
@@ -356,6 +622,8 @@ class ProductMoment:
                                         LEVELS[0][1])
             out[idx] = vals[i1[idx]]
         if pend.size:
+            pend = self._conditional(pend, k1, k2, k12, out)
+        if pend.size:
             E = self._nested()
             for p in pend:
                 a, b = float(k1[p]), float(k2[p])
@@ -371,6 +639,125 @@ class ProductMoment:
             low = np.tril_indices(shape[0], -1)
             out[low] = out.T[low]
         return out
+
+    def _zero(self):
+        """f odd and g even (or the reverse): E[f(u) g(v)] = 0 exactly ((u, v) -> (-u, -v))."""
+        pf, pg = self.parity
+        return pf is not None and pg is not None and pf != pg
+
+    def _matrix(self, k1, k2, C):
+        """A Gram matrix: K1 = k1 (n1,) down the rows, K2 = k2 (n2,) along the columns, K12 = C (n1, n2).
+
+        The first level of coefficients is computed once for the distinct variances of the rows and
+        columns together and summed by the compiled :func:`_gram_rows`; the entries it leaves go to
+        the higher levels (the flat :func:`_series_sum`) and then to the nested engine, as in
+        the general path."""
+        if np.any(k1 < 0) or np.any(k2 < 0):
+            raise ValueError("K1 and K2 must be variances >= 0")
+        n1, n2 = k1.size, k2.size
+        C = np.ascontiguousarray(C)
+        sym = self.same and n1 == n2 and np.array_equal(k1, k2) and _is_symmetric(C)
+        fin1, fin2 = np.isfinite(k1), np.isfinite(k2)
+        out = np.empty((n1, n2))
+        if self._zero():
+            out[...] = 0.0
+            out[~(fin1[:, None] & fin2[None, :] & np.isfinite(C))] = np.nan
+            return out
+        kmax, h0 = LEVELS[0]
+        step = 2 if self.parity[0] is not None or self.parity[1] is not None else 1
+        par = self.parity[0] if self.parity[0] is not None else (self.parity[1] or 0)
+        if self.same:
+            u, inv = np.unique(np.concatenate([k1[fin1], k2[fin2]]), return_inverse=True)
+            ua, ub = u, u
+            ia, ib = np.full(n1, -1), np.full(n2, -1)
+            ia[fin1], ib[fin2] = inv[:fin1.sum()], inv[fin1.sum():]
+            ca = cb = _Coefficients(self.f, self.cuts_f, u, kmax, h0, self.parity[0])
+            ok_e = ca.usable >= 0
+            self._energy = (u[ok_e], ca.energy[ok_e])
+        else:
+            ua, inva = np.unique(k1[fin1], return_inverse=True)
+            ub, invb = np.unique(k2[fin2], return_inverse=True)
+            ia, ib = np.full(n1, -1), np.full(n2, -1)
+            ia[fin1], ib[fin2] = inva, invb
+            ca = _Coefficients(self.f, self.cuts_f, ua, kmax, h0, self.parity[0])
+            cb = _Coefficients(self.g, self.cuts_g, ub, kmax, h0, self.parity[1])
+        ladder = np.array([N for N in _LADDER if N <= kmax], dtype=np.int64)
+        sA = np.sqrt(ca.tail)
+        gb = np.maximum(ib, 0)
+        Bc = np.ascontiguousarray(cb.a[gb].T)
+        sB = np.sqrt(cb.tail)
+        # above a column's usable order no truncation passes (the row's is checked in the loop)
+        sB[np.arange(kmax + 1)[None, :] > cb.usable[:, None]] = 1e300
+        sBc = np.ascontiguousarray(sB[gb].T)
+        eA, eBc = np.sqrt(ca.energy), np.sqrt(cb.energy)[gb]
+        state = np.empty((n1, n2), dtype=np.int8)
+        _gram_rows(k1, k2, C, ia.astype(np.int64), ib.astype(np.int64), np.ascontiguousarray(ca.a), Bc, sA, sBc,
+                   eA, eBc, ca.usable.astype(np.int64), ladder, TOL, step, par, sym, self.same, out, state)
+        if sym:
+            state = np.triu(state)
+        two = np.nonzero(state.ravel() == 2)[0]
+        if two.size:
+            # identical arguments without a one-point value from the series' rule
+            r, c = np.unravel_index(two, (n1, n2))
+            out[r, c] = self._generic(k1[r], k2[c], C[r, c])
+        left = np.nonzero(state.ravel() == 1)[0]
+        if left.size:
+            r, c = np.unravel_index(left, (n1, n2))
+            out[r, c] = self._generic(k1[r], k2[c], C[r, c], start=1)
+        if sym and (two.size or left.size):
+            low = np.tril_indices(n1, -1)
+            out[low] = out.T[low]
+        return out
+
+    def _conditional(self, pend, k1, k2, k12, out):
+        """The entries the series leaves (near-parallel pairs at large K of a ReLU-like phi: SiLU,
+        softplus, GELU-like user activations), by the conditional form
+
+            E[f(u) g(v)] = E_z[ f(s1 z) E_w[ g(s2 rho z + sigma w) ] ],   sigma = s2 sqrt(1 - rho^2),
+
+        (z, w) independent standard normals, vectorised over the entries: the outer integral on the
+        exp-sinh rule from z = 0 at step 1/32 (the one-point engine's base rule), the inner one on the
+        trapezoid rule in w (|w| <= 9, step 1/2 down to 1/32 as sigma grows: g(m + sigma w) is analytic in a
+        strip of half-width d / sigma when g is in one of half-width d). Each level is checked against
+        the rule of twice its step, both to TOL_COEFF of sqrt(E f^2 E g^2) (the two expectations on the same
+        nodes): the finer rules are then at rounding level, as in the one-point engine. Only for f and g
+        without breakpoints (a kink is not analytic: the nested engine takes those); entries that fail
+        either check, or whose sigma is above 16, are returned for the nested engine."""
+        if self.cuts_f.size or self.cuts_g.size:
+            return pend
+        a, b, c = k1[pend], k2[pend], k12[pend]
+        if self.same:
+            # one order of the arguments, so that E(a, b) = E(b, a) to the last bit
+            swap = b < a
+            a, b = np.where(swap, b, a), np.where(swap, a, b)
+        with np.errstate(all="ignore"):
+            s1, s2 = np.sqrt(a), np.sqrt(b)
+            d = s1 * s2
+            rho = np.where(d > 0, np.clip(c / np.where(d > 0, d, 1.0), -1.0, 1.0), 0.0)
+            sig = s2 * np.sqrt((1.0 - rho) * (1.0 + rho))
+        m = s2 * rho
+        z, w, wc = _rule(_NO_CUTS, _COND_H)
+        done = np.zeros(pend.size, dtype=bool)
+        for hw in _COND_W_STEPS:
+            sel = np.nonzero(~done & (sig * hw <= _COND_SH) & (s1 > 0) & (s2 > 0))[0]
+            if sel.size == 0:
+                continue
+            t, tw, twc = _trap_rule(hw, _COND_W)
+            chunk = max(1, 2_000_000 // (z.size * t.size))
+            for lo in range(0, sel.size, chunk):
+                e = sel[lo:lo + chunk]
+                with np.errstate(all="ignore"):
+                    F = self.f(s1[e, None] * z[None, :])
+                    G = self.g(m[e, None, None] * z[None, :, None] + sig[e, None, None] * t[None, None, :])
+                    Gi, Gic, G2 = G @ tw, G @ twc, (G * G) @ tw
+                    FG = F * Gi
+                    val = FG @ w
+                    scale = np.sqrt(((F * F) @ w) * (G2 @ w))
+                    good = (np.abs(val - FG @ wc) <= TOL_COEFF * scale) \
+                        & (np.abs(val - (F * Gic) @ w) <= TOL_COEFF * scale) & np.isfinite(val)
+                out[pend[e[good]]] = val[good]
+                done[e[good]] = True
+        return pend[~done]
 
     @staticmethod
     def _series(pend, rho, i1, i2, ca, cb, kmax, out):
@@ -410,6 +797,20 @@ def separable_factors(lam: sp.Lambda):
     return c, P, Q.subs(b, a)
 
 
+def _parity(expr, x):
+    """0 if expr(-x) = expr(x), 1 if expr(-x) = -expr(x) (proved by sympy), else None. Half of the Hermite
+    coefficients of an even or odd function vanish, and the series is then summed in rho^2."""
+    e = sp.sympify(expr)
+    m = e.subs(x, -x)
+    for p, d in ((0, m - e), (1, m + e)):
+        try:
+            if d == 0 or sp.simplify(d) == 0:
+                return p
+        except Exception:  # noqa: BLE001  (a form sympy cannot simplify: no parity, only slower)
+            return None
+    return None
+
+
 def vectorise_expectations(exprs):
     """Replace the two-point expectations of products f(u) g(v) in ``exprs`` by :class:`ProductMoment`
     calls. Returns (exprs', namespace); other expectations are left for
@@ -432,7 +833,7 @@ def vectorise_expectations(exprs):
             cf = pieces(sp.Lambda(x, P)).float_cuts
             cg = cf if same else pieces(sp.Lambda(x, Q)).float_cuts
             name = f"_mf_G{len(names)}"
-            pm = ProductMoment(f, g, cf, cg, same)
+            pm = ProductMoment(f, g, cf, cg, same, (_parity(P, x), _parity(Q, x)))
             c = float(c)
             namespace[name] = pm if c == 1.0 else (lambda K1, K2, K12, pm=pm, c=c: c * pm(K1, K2, K12))
             names[lam] = sp.Function(name)

@@ -41,9 +41,12 @@ SP = {"tanh": sp.tanh(_x), "dtanh": 1 - sp.tanh(_x) ** 2, "silu": _x / (1 + sp.e
       "dsilu": sp.diff(_x / (1 + sp.exp(-_x)), _x)}
 
 
+PARITY = {"tanh": 1, "dtanh": 0, "silu": None, "dsilu": None}
+
+
 def _moment(name):
     f = numpy_function(sp.Lambda(_x, SP[name]))
-    return ProductMoment(f, f, (), (), same=True)
+    return ProductMoment(f, f, (), (), same=True, parity=(PARITY[name], PARITY[name]))
 
 
 def _gauss(h):
@@ -66,7 +69,15 @@ def _ref_1d(name, K1, K2, rho):
 
 def _check(name, K1, K2, rho, ref, tol):
     K12 = rho * np.sqrt(K1 * K2)
-    v = _moment(name)(np.array([K1]), np.array([K2]), np.array([K12]))[0]
+    E = _moment(name)
+    v = E(np.array([K1]), np.array([K2]), np.array([K12]))[0]
+    # the Gram-matrix path (K1 a column, K2 a row: what kernels calls) on the same pair
+    vm = E(np.array([[K1]]), np.array([[K2]]), np.array([[K12]]))[0, 0]
+    _check_value(name, K1, K2, rho, ref, tol, vm)
+    _check_value(name, K1, K2, rho, ref, tol, v)
+
+
+def _check_value(name, K1, K2, rho, ref, tol, v):
     scale = float(mp.sqrt(_gauss(lambda z: MP[name][0](mp.sqrt(K1) * z) ** 2)
                           * _gauss(lambda z: MP[name][0](mp.sqrt(K2) * z) ** 2)))
     err = abs(v - float(ref))
@@ -90,10 +101,32 @@ def test_against_mpmath_1d_references(name, K1, K2, rho):
     _check(name, K1, K2, rho, _ref_1d(name, K1, K2, rho), 1e-12)
 
 
-@pytest.mark.parametrize("name", ["tanh", "dtanh"])
+@pytest.mark.parametrize("name", ["tanh", "dtanh", "silu", "dsilu"])
 def test_large_K_near_parallel(name):
-    # step-like integrands, |rho| -> 1: the series does not settle these, the nested engine does
+    # step-like or kink-like integrands, |rho| -> 1: the series does not settle these; the conditional rule
+    # (SiLU: phi and phi' are analytic) or the nested engine (tanh at K = 1e3: sigma = 0, its own path) does
     _check(name, 1e3, 800.0, 1.0 - 1e-12, _ref_1d(name, 1e3, 800.0, 1.0 - 1e-12), 1e-12)
+
+
+@pytest.mark.parametrize("name", ["silu", "dsilu"])
+def test_conditional_rule_against_nested_engine(name):
+    """The entries the series leaves at large K (1 - rho = 1e-4 .. 1e-8, sigma = 0.01 .. 4, and rho ~ 0.92,
+    sigma ~ 5.5), by the conditional rule, against the package's nested exp-sinh engine (an independent
+    algorithm)."""
+    # and the pairs of the benchmark's SiLU network at depth ~30: K ~ 100-250, rho ~ 0.92 (sigma ~ 5.5)
+    K1, K2 = np.array([300.0, 1e3, 150.0, 2e3, 133.9, 213.5]), np.array([250.0, 1e3, 190.0, 1.5e3, 111.6, 130.4])
+    rho = np.array([1 - 1e-5, 1 - 1e-8, 1 - 1e-4, 1 - 1e-6, 1 - 0.0896, 1 - 0.0723])
+    K12 = rho * np.sqrt(K1 * K2)
+    pm = _moment(name)
+    out = np.full(6, np.nan)
+    left = pm._conditional(np.arange(6), K1, K2, K12, out)
+    assert left.size == 0
+    f = numpy_function(sp.Lambda(_x, SP[name]))
+    ref = expect2(lambda u, v: f(u) * f(v), K1, K2, K12)
+    scale = np.sqrt(pm(K1, K1, K1) * pm(K2, K2, K2))
+    assert np.all(np.abs(out - ref) <= 1e-12 * scale), (out, ref, (out - ref) / scale)
+    # the full path (the series settles some of these at its higher levels) agrees
+    np.testing.assert_allclose(pm(K1, K2, K12), out, rtol=1e-13)
 
 
 def _ref_2d(name, K1, K2, rho):
@@ -119,6 +152,45 @@ def _ref_2d(name, K1, K2, rho):
 def test_against_mpmath_2d(name, K1, K2, rho):
     # about 2 minutes each (the nested mpmath integral)
     _check(name, K1, K2, rho, _ref_2d(name, K1, K2, rho), 1e-12)
+
+
+@pytest.mark.parametrize("name", ["tanh", "dtanh", "silu", "dsilu"])
+def test_hermite_coefficients_against_mpmath(name):
+    """a_k(K) = E[f(sqrt(K) z) He_k(z)] / sqrt(k!) from both rules (the trapezoid in z for K <= 16, the
+    exp-sinh rule above; the usable orders only) against mpmath at 30 digits, k <= 32."""
+    from meanfield._gram_quadrature import _Coefficients
+
+    f = numpy_function(sp.Lambda(_x, SP[name]))
+    K = np.array([1e-3, 0.8, 15.0, 1e3])
+    c = _Coefficients(f, np.zeros(0), K, 32, 1.0 / 64)
+    assert np.all(c.usable[:3] == 32)          # the smooth functions pass the step-doubling test
+    for i, k in enumerate(K):
+        s = mp.sqrt(mp.mpf(k))
+        for n in (0, 1, 6, 15, 22, 31):
+            if n > c.usable[i]:
+                continue
+            ref = _gauss(lambda z: MP[name][0](s * z) * mp.hermite(n, z / mp.sqrt(2)) / mp.sqrt(2) ** n) \
+                / mp.sqrt(mp.factorial(n))
+            assert abs(c.a[i, n] - float(ref)) <= 1e-15 * np.sqrt(c.energy[i]), (name, k, n, c.a[i, n], ref)
+
+
+def test_matrix_path_equals_pairs():
+    """The Gram-matrix path (compiled rows, upper triangle mirrored) gives every entry the value of the
+    same pair alone (the truncation of an entry depends on the entry only), to the last bit."""
+    rng = np.random.default_rng(3)
+    K = rng.uniform(0.05, 20.0, 30)
+    A = rng.standard_normal((30, 4))
+    C = A @ A.T
+    C = C / np.sqrt(np.outer(np.diag(C), np.diag(C))) * np.sqrt(np.outer(K, K))
+    C = (C + C.T) / 2
+    np.fill_diagonal(C, K)
+    for name in ("tanh", "dsilu"):
+        E = _moment(name)
+        M = E(K[:, None], K[None, :], C)
+        np.testing.assert_array_equal(M, M.T)
+        iu = np.triu_indices(30)
+        flat = E(K[iu[0]], K[iu[1]], C[iu])
+        np.testing.assert_allclose(M[iu], flat, rtol=1e-15, atol=1e-300)
 
 
 def test_price_theorem_finite_difference():
