@@ -74,7 +74,7 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 from sympy.core.function import AppliedUndef
-from sympy.printing.numpy import NumPyPrinter
+from sympy.printing.numpy import SciPyPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
 from . import symbols as S
@@ -172,8 +172,12 @@ class _Printer(PythonCodePrinter):
         return "0.0"
 
 
-class _NumpyPrinter(NumPyPrinter):
-    """numpy printer for the interpreted twins of the integrands (arrays in, arrays out)."""
+class _NumpyPrinter(SciPyPrinter):
+    """numpy printer for the interpreted twins of the integrands (arrays in, arrays out).
+
+    SciPy's, so that erf, erfc, gamma, ... print as ``scipy.special`` ufuncs (numpy has none;
+    the plain NumPy printer fell back to ``math.erf``, which fails on arrays: a user activation
+    such as erf(x) + x/2 raised TypeError on its first, interpreted call)."""
 
     def __init__(self):
         super().__init__({"allow_unknown_functions": True, "fully_qualified_modules": True})
@@ -199,6 +203,7 @@ class _Gen:
         self.two = {}
         self.printer = _Printer()
         self.numpy_printer = _NumpyPrinter()
+        self.scipy = False  # whether a numpy twin calls scipy.special (imported only then: ~0.3 s)
 
     def _numpy_body(self, name, variables, expr) -> bool:
         """The integrand's numpy twin ``name`` (run by the interpreted engine on all nodes at
@@ -209,8 +214,9 @@ class _Gen:
             code = self.numpy_printer.doprint(_stable(sp.sympify(expr).subs(sub)))
         except Exception:  # sympy printer errors have no common base class
             return False
-        if "Not supported" in code or "\n" in code:
-            return False
+        if "Not supported" in code or "\n" in code or "math." in code:
+            return False   # the interpreted engine then calls the scalar body node by node
+        self.scipy = self.scipy or "scipy." in code
         self.lines += ["# the numpy twin of the integrand (interpreted engine only; numba never sees it)",
                        f"def {name}({', '.join(str(s) for s in sub.values())}):",
                        f"    return {code}", ""]
@@ -482,6 +488,7 @@ def generate_source(arch) -> str:
         "import numpy",
         "import numpy as np",
         "from meanfield.gaussian import quad_tables",
+        *(["import scipy.special  # the numpy twins' erf, gamma, ..."] if gen.scipy else []),
         "",
         "_ES_TAB, _TS_TAB = quad_tables()",
         "",

@@ -226,3 +226,29 @@ def test_cli_theory_command_imports_neither_torch_nor_numba(tmp_path):
     out = _fresh_process(code, tmp_path)
     assert "sigma_w = 0.8862269255" in out.stdout  # sqrt(pi)/2
     assert out.stdout.split()[-2:] == ["False", "False"]
+
+
+def test_user_activation_with_a_special_function_on_both_engines():
+    """phi = erf(x) + x/2 as a user expression (no closed form is looked up, so both engines
+    integrate it): the interpreted engine's numpy twin once printed erf as math.erf, which raised
+    TypeError on arrays at the first call. Reference: the closed two-point form
+    E[phi(u) phi(v)] = (2/pi) arcsin(2 K12 / sqrt((1+2K1)(1+2K2)))
+    + K12 (1/sqrt(1+2K1) + 1/sqrt(1+2K2)) / sqrt(pi) + K12/4 (Stein's lemma for the cross terms),
+    in 40-digit mpmath, at K = 1 to 1e12 (the step-like erf at large K)."""
+    import mpmath as mp
+    import sympy as sp
+
+    from meanfield.symbols import x
+
+    comp = numeric.compiled(activation=sp.erf(x) + x / 2)
+    interp, mod = comp.interpreted, comp.module
+    with mp.workdps(40):
+        for K in (1.0, 1e3, 1e6, 1e12):
+            for r in (-0.3, 0.5, 0.99):
+                Km, K12 = mp.mpf(K), mp.mpf(r) * mp.mpf(K)
+                ref = (2 / mp.pi * mp.asin(2 * K12 / (1 + 2 * Km)) + 2 * K12 / mp.sqrt(mp.pi * (1 + 2 * Km))
+                       + K12 / 4)
+                args = tuple(np.float64(v) for v in (K, r * K, 1.0, 0.0, 0.0, 0.0))
+                for engine in (interp, mod):
+                    got = float(engine.kernel12(*args))
+                    assert abs(got - ref) <= 1e-14 * abs(ref), (engine, K, r, got, ref)
