@@ -214,7 +214,8 @@ class _Gen:
             code = self.numpy_printer.doprint(_stable(sp.sympify(expr).subs(sub)))
         except Exception:  # sympy printer errors have no common base class
             return False
-        if "Not supported" in code or "\n" in code or "math." in code:
+        if ("Not supported" in code or "\n" in code or "math." in code
+                or code.replace("scipy.special.", "").count("scipy.")):
             return False   # the interpreted engine then calls the scalar body node by node
         self.scipy = self.scipy or "scipy." in code
         self.lines += ["# the numpy twin of the integrand (interpreted engine only; numba never sees it)",
