@@ -113,14 +113,7 @@ def _hermite(zc_bytes: bytes, h0: float, kmax: int):
     """h_k(z_i) = He_k(z_i) / sqrt(k!) on the nodes of :func:`_rule`, shape (kmax + 1, nodes), by the
     three-term recurrence h_{k+1} = (z h_k - sqrt(k) h_{k-1}) / sqrt(k + 1) (no overflow: |h_k(z)|
     <= ~exp(z^2 / 4), and the nodes stop at |z| ~ 20)."""
-    z = _rule(zc_bytes, h0)[0]
-    H = np.empty((kmax + 1, z.size))
-    H[0] = 1.0
-    if kmax >= 1:
-        H[1] = z
-    for k in range(1, kmax):
-        H[k + 1] = (z * H[k] - np.sqrt(k) * H[k - 1]) / np.sqrt(k + 1.0)
-    return H
+    return _hermite_table(_rule(zc_bytes, h0)[0], kmax)
 
 
 def _breaks(s: float, cuts: np.ndarray) -> np.ndarray:
@@ -201,6 +194,7 @@ def _hermite_at(z, kmax):
 
 
 def _hermite_table(z, kmax):
+    """h_k(z) = He_k(z) / sqrt(k!) for k <= kmax at the points z (the recurrence of :func:`_hermite`)."""
     H = np.empty((kmax + 1, z.size))
     H[0] = 1.0
     if kmax >= 1:
