@@ -185,6 +185,13 @@ class _NumpyPrinter(SciPyPrinter):
     def _print_Float(self, expr):
         return repr(float(expr))
 
+    def _print_NumberSymbol(self, expr):
+        # numpy's constants, or the value: SciPy's printer names scipy.constants (pi, golden_ratio),
+        # which the generated module does not import
+        return "numpy.pi" if expr == sp.pi else repr(float(expr))
+
+    _print_Pi = _print_GoldenRatio = _print_NumberSymbol
+
     def _print_DiracDelta(self, expr):  # as _Printer: weak-sense delta terms are 0 numerically
         return "0.0"
 
