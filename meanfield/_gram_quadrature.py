@@ -243,7 +243,9 @@ class _Coefficients:
                 self.a[rows, 0] = f0
                 self.energy[rows] = f0 * f0
                 continue
-            if key == _NO_CUTS:
+            if key == _NO_CUTS and cuts.size == 0:
+                # (a breakpoint at h = 0, ELU's, has the same key: z = 0 alone; its rows take the rule
+                # split at 0, since the trapezoid rule converges only algebraically across a kink)
                 # smooth f at moderate K: the trapezoid rule in z first (a fifth of the nodes); the rows
                 # where it does not give every order up to kmax take the exp-sinh rule below
                 a, e, first = np.zeros((rows.size, kmax + 1)), np.zeros(rows.size), np.full(rows.size, -1)

@@ -570,6 +570,19 @@ def interpreted_expect(f, cuts):
     return E
 
 
+def _outer_cuts(cu, cv, a, sd, s1):
+    """The outer level's breakpoints in u: ``cu``, and, for a nearly degenerate pair (conditional width sd
+    below a tenth of the spread |a| s1 of the conditional mean a u), also u = c / a for the breakpoints
+    c != 0 of ``cv``: there E[f(u, v) | u] follows g(a u)'s kinks, sharpened to a width sd / |a| in u,
+    and the outer rule does not converge across a kink it was not told of (hardtanh at rho = -1,
+    parallel inputs of different norms, was refused). The compiled engine
+    (:func:`meanfield.numeric._nested_source`) splits the same way."""
+    if not (a != 0.0 and sd < 0.1 * abs(a) * s1):
+        return cu
+    extra = cv[cv != 0.0] / a
+    return np.concatenate((cu, extra)) if extra.size else cu
+
+
 def interpreted_expect2(f, cu, cv):
     """(K1, K2, K12) -> E[f(u, v)] for the interpreted twin of a compiled module: the compiled
     ``_expect2`` (:func:`meanfield.numeric._nested_source`) with the numpy engine of
@@ -596,7 +609,7 @@ def interpreted_expect2(f, cu, cv):
             uu = np.ravel(h1)
             return _inner_batch(f, uu, a * uu, sd, cv)
 
-        val, _, _, ok = q(s1, cu, outer, *rule)
+        val, _, _, ok = q(s1, _outer_cuts(cu, cv, a, sd, s1), outer, *rule)
         return val if ok else nan
 
     return E
