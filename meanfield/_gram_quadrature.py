@@ -607,7 +607,7 @@ class ProductMoment:
             # kernels asks for the off-diagonal entries first, then the diagonal at the same variances:
             # E[f^2] is then the energy of the coefficients just computed (the same rule and sum)
             known = np.zeros(need.size, dtype=bool)
-            if self.same and self._energy is not None:
+            if self.same and self._energy is not None and self._energy[0].size:
                 ku, ke = self._energy
                 j = np.minimum(np.searchsorted(ku, u1[need]), ku.size - 1)
                 known = ku[j] == u1[need]
@@ -807,6 +807,19 @@ def _parity(expr, x):
     return None
 
 
+def _polynomially_bounded(f) -> bool:
+    """Whether |f(h)| <= (1 + max |f(+-1)|) (1 + |h|)^8 at h = +-1e2, +-1e4: the rules here (the trapezoid
+    grid |z| <= 13, tail nodes dropped where w exp(z^2 / 4) < 1e-22) assume that f grows at most like a
+    polynomial; an exponential one (exp(x), sinh(x)) put the integrand's mass beyond them, so its Gram
+    matrices were silently wrong (5e-10 at K = 15) or crashed. A numerical probe, not a proof: sympy's
+    limits take seconds on gelu_tanh' and fail on Piecewise."""
+    h = np.array([-1e4, -1e2, 1e2, 1e4])
+    with np.errstate(all="ignore"):
+        v = np.abs(f(h))
+        ref = 1.0 + np.max(np.abs(f(np.array([-1.0, 1.0]))))
+    return bool(np.all(np.isfinite(v)) and np.all(v <= ref * (1.0 + np.abs(h)) ** 8))
+
+
 def vectorise_expectations(exprs):
     """Replace the two-point expectations of products f(u) g(v) in ``exprs`` by :class:`ProductMoment`
     calls. Returns (exprs', namespace); other expectations are left for
@@ -826,6 +839,8 @@ def vectorise_expectations(exprs):
             same = sp.simplify(P - Q) == 0
             f = numpy_function(sp.Lambda(x, P))
             g = f if same else numpy_function(sp.Lambda(x, Q))
+            if not (_polynomially_bounded(f) and (same or _polynomially_bounded(g))):
+                return node   # exp(x), sinh(x): the general engine, whose rules reach any |z|
             cf = pieces(sp.Lambda(x, P)).float_cuts
             cg = cf if same else pieces(sp.Lambda(x, Q)).float_cuts
             name = f"_mf_G{len(names)}"
