@@ -580,6 +580,7 @@ def _outer_cuts(cu, cv, a, sd, s1):
     if not (a != 0.0 and sd < 0.1 * abs(a) * s1):
         return cu
     extra = cv[cv != 0.0] / a
+    extra = extra[~np.isin(extra, cu)]   # equal norms: g's kinks are f's own
     return np.concatenate((cu, extra)) if extra.size else cu
 
 
