@@ -227,7 +227,14 @@ def _sqrt0(a):
 
 
 def _safe(expr):
-    """acos/asin of clipped arguments, square roots of non-negative parts (see the module notes)."""
+    """acos/asin of clipped arguments, square roots of non-negative parts (see the module notes).
+
+    Not inside the integrands (Lambdas) of Gaussian expectations: those are evaluated by their own
+    engines, without this namespace (gelu_tanh's sqrt(2) became _mf_sqrt(2) there: NameError); their
+    variance arguments are rewritten like the rest."""
+    hidden = {lam: sp.Dummy() for lam in sp.sympify(expr).atoms(sp.Lambda)}
+    if hidden:
+        return _safe(expr.xreplace(hidden)).xreplace({d: lam for lam, d in hidden.items()})
     acos, asin, sqrt = sp.Function("_mf_acos"), sp.Function("_mf_asin"), sp.Function("_mf_sqrt")
     corr = sp.Function("_mf_corr")
     rhos = {e.args[0] for e in expr.atoms(sp.acos)}

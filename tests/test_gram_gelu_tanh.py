@@ -1,0 +1,59 @@
+"""GELU's tanh approximation (a quadrature activation whose expression holds sqrt(2) and sqrt(pi)) in
+``kernels``: it raised NameError ('_mf_sqrt'), because the Gram map's rewrite of square roots reached
+inside the integrands, which are evaluated without that namespace.
+
+References: 25-digit mpmath, E[g(u) g(v)] = E_u[g(u) E[g(v) | u]] with both levels by mp.quad
+(v | u Gaussian), and the one-point E[g(u)^2] for the diagonal; written here, no package code.
+"""
+import mpmath as mp
+import numpy as np
+
+import meanfield as mf
+
+C = mp.sqrt(2 / mp.pi)
+
+
+def _g(h):
+    return h / 2 * (1 + mp.tanh(C * (h + mp.mpf("0.044715") * h**3)))
+
+
+def _npdf(z):
+    return mp.exp(-z * z / 2) / mp.sqrt(2 * mp.pi)
+
+
+def _pair(K1, K2, K12):
+    s1 = mp.sqrt(K1)
+    c, s = K12 / K1, mp.sqrt(K2 - K12 * K12 / K1)
+    inner = lambda u: mp.quad(lambda w: _g(c * u + s * w) * _npdf(w), [-mp.inf, -3, 0, 3, mp.inf])   # noqa: E731
+    return mp.quad(lambda z: _g(s1 * z) * inner(s1 * z) * _npdf(z), [-mp.inf, -3, 0, 3, mp.inf])
+
+
+def test_gelu_tanh_gram_against_mpmath():
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((3, 6)) * np.array([[0.5], [1.0], [2.0]])
+    k = mf.kernels(mf.Architecture("gelu_tanh"), X, depth=2, sigma_w=1.2, sigma_b=0.3, get="nngp")
+    with mp.workdps(25):
+        xs = [[mp.mpf(float(v)) for v in row] for row in X]
+        K1 = [[mp.mpf("1.44") * mp.fsum(a * b for a, b in zip(p, q)) / 6 + mp.mpf("0.09") for q in xs] for p in xs]
+        diag = [mp.quad(lambda z: _g(mp.sqrt(K1[i][i]) * z) ** 2 * _npdf(z), [-mp.inf, -3, 0, 3, mp.inf])
+                for i in range(3)]
+        for i in range(3):
+            ref = mp.mpf("1.44") * diag[i] + mp.mpf("0.09")
+            assert abs(k.nngp[i, i] - ref) <= 1e-14 * ref, (i, float(k.nngp[i, i]), float(ref))
+        for i, j in [(0, 1), (0, 2), (1, 2)]:
+            ref = mp.mpf("1.44") * _pair(K1[i][i], K1[j][j], K1[i][j]) + mp.mpf("0.09")
+            scale = mp.sqrt(k.nngp[i, i] * k.nngp[j, j])
+            assert abs(k.nngp[i, j] - ref) <= 1e-14 * scale, (i, j, float(k.nngp[i, j]), float(ref))
+
+
+def test_gelu_tanh_gram_diagonal_matches_kernel_profile():
+    """Depth 12, both kernels: the diagonal of the NNGP is the one-point recursion of kernel_profile."""
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((4, 5)) * np.array([[0.3], [1.0], [1.7], [2.5]])
+    sw, sb = 1.4, 0.2
+    k = mf.kernels(mf.Architecture("gelu_tanh", norm="ln_post"), X, depth=12, sigma_w=sw, sigma_b=sb)
+    assert np.all(np.isfinite(k.ntk)) and np.all(np.linalg.eigvalsh(k.ntk) > 0)
+    k = mf.kernels(mf.Architecture("gelu_tanh"), X, depth=12, sigma_w=sw, sigma_b=sb, get="nngp")
+    K0 = sw**2 * np.einsum("ij,ij->i", X, X) / 5 + sb**2
+    p = mf.kernel_profile(mf.Architecture("gelu_tanh"), sigma_w=sw, sigma_b=sb, depth=12, K0=K0)
+    np.testing.assert_allclose(np.diag(k.nngp), p.K[:, -1], rtol=1e-14, atol=0)
