@@ -113,14 +113,14 @@ theta ~ sqrt(2 (1 - rho)); so the pairs with 1 - rho^2 < 1e-3 go through the
 block map that also carries their gap 1 - rho^2 exactly
 (:class:`~meanfield.calculus.GramSignal` ``gap``: from the input rows by
 projection, then every rule's cancellation-free update, ``calculus._sum_gap``
-for Dense and residual, ``Activation.kernel_gap`` for the ReLU family and erf,
-the centred gap for LayerNorm), with K12 taken from the gap. Blocks with an
-activation that has no gap map (GELU, quadrature activations) use (K1, K2,
+for Dense and residual, ``Activation.kernel_gap`` for the ReLU family, erf and
+GELU, the centred gap for LayerNorm), with K12 taken from the gap. Blocks with an
+activation that has no gap map (the quadrature activations) use (K1, K2,
 K12) alone; there, and in the BatchNorm walk, a correlation within 1e-15 of
 +-1 is taken as +-1 where an arccos sees it (exactly parallel pairs, the
 diagonal after a LayerNorm). Against a 50-digit recursion from the float64
 inputs, pairs with 1 - rho (or 1 + rho) from 1e-6 to 1e-15 keep ~1e-14 at
-depth 32 for the ReLU family and erf, up to 4e-13 where correlation 1 is
+depth 32 for the ReLU family, erf and GELU, up to 4e-13 where correlation 1 is
 unstable (docs/gram.md, Numerics, has the table). Two-point forms that divide
 by a Gram determinant (erf, GELU: (1 + c K1)(1 + c K2) - c^2 K12^2) evaluate
 it as one node (``activations.pair_det``, or with the carried gap) that is
@@ -549,7 +549,7 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     else:
         f = _compiled(spec, parameterization, want_ntk)
         # the map that carries the pair's exact gap, for the near-(anti)parallel pairs only (below); None when a
-        # rule of the block has no exact gap map (erf, GELU, quadrature activations: smooth at rho = 1, or pair_det)
+        # rule of the block has no exact gap map (quadrature activations)
         fg = _compiled(spec, parameterization, want_ntk, gap=True)
         fg = fg if fg.carries_gap else None
 
