@@ -548,7 +548,7 @@ _WATAN = [sp.Rational((-1) ** k, 2 * k + 3) for k in range(8)]
 
 def _w_minus_atan(w):
     w2 = w * w
-    return positive(sp.Rational(1, 100) - w2, w * w2 * _horner(_WATAN, w2), w - sp.atan(w))
+    return positive(sp.Rational(1, 100) - w2, w * w2 * _horner(_WATAN, w2), w - sp.atan(w, evaluate=False))
 
 
 def _dh(dz, z1, z0):
@@ -558,9 +558,14 @@ def _dh(dz, z1, z0):
 
 
 def _gelu_gap(K1, K2, K12, gap):
-    from sympy.codegen.cfunctions import expm1, log1p
+    from sympy.codegen import cfunctions
 
     from .calculus import _sum_gap
+
+    # unevaluated: sympy's eval of atan2, exp, ... queries the signs of these large arguments (seconds)
+    atan, atan2, cos, sin, sinh, exp, expm1, log1p = (
+        functools.partial(f, evaluate=False)
+        for f in (sp.atan, sp.atan2, sp.cos, sp.sin, sp.sinh, sp.exp, cfunctions.expm1, cfunctions.log1p))
 
     two_pi = 2 * _pi
     s = gap
@@ -574,9 +579,9 @@ def _gelu_gap(K1, K2, K12, gap):
     sD0, sD = sp.sqrt(D0), sp.sqrt(D0 + det)
     q = 1 / (1 + K1) + 1 / (1 + K2)
     # the gap direction: dM = M12_0 - M12 (M even in K12: |K12|)
-    A0 = sp.atan(Kg / sD0)
-    x = sp.atan2(det * P / (Kg * sD + r * sD0), sD0 * sD + Kg * r) / 2
-    cx, sx = sp.cos(x), sp.sin(x)
+    A0 = atan(Kg / sD0)
+    x = atan2(det * P / (Kg * sD + r * sD0), sD0 * sD + Kg * r) / 2
+    cx, sx = cos(x), sin(x)
     cm, sm = (sD0 * cx + Kg * sx) / sP, (Kg * cx - sD0 * sx) / sP
     dH = 2 * sx * ((A0 - x) * cm - x * x * _horner(_XCOT, x * x) * sm)
     dM = (sP * dH + det / (sD + sD0) * (q + 1 / (sD0 * sD))) / two_pi
@@ -593,7 +598,7 @@ def _gelu_gap(K1, K2, K12, gap):
         ri = sp.sqrt(1 + 2 * Ki)
         l1, l2 = log1p(e / (1 + Kg)), log1p(2 * e / Dg)
         dx = e * (Ki + Kg + 2 * Ki * Kg) / (ri * rg * (Ki * rg + Kg * ri))
-        below = sp.atan(dx / (1 + Ki * Kg / (ri * rg))) + 2 * Kg / ((1 + Kg) * rg) * expm1(lt - l1 - l2 / 2)
+        below = atan(dx / (1 + Ki * Kg / (ri * rg))) + 2 * Kg / ((1 + Kg) * rg) * expm1(lt - l1 - l2 / 2)
         lz = l2 / 2 - lt
         dz = zg * expm1(lz)
         y = zg * (1 + 3 * Kg) / ((1 + Kg) * Dg)
@@ -601,9 +606,9 @@ def _gelu_gap(K1, K2, K12, gap):
         return positive(large, above, below)
 
     d1, d2 = dmu(t), dmu(-t)
-    ds = 4 * Kg * sp.sinh(t / 2) ** 2        # D0 - Dg
+    ds = 4 * Kg * sinh(t / 2) ** 2        # D0 - Dg
     sD0g = sp.sqrt(Dg + ds)
-    below = (sp.atan(-Kg * ds / (sD0g * rg * (sD0g + rg)) / (1 + Kg2 / (sD0g * rg)))
+    below = (atan(-Kg * ds / (sD0g * rg * (sD0g + rg)) / (1 + Kg2 / (sD0g * rg)))
              + 2 * Kg / (rg * (1 + Kg)) * expm1(log1p(ds / (1 + Dg)) - log1p(ds / Dg) / 2 - log1p(ds / (Dg + Kg2))))
     lz = log1p(ds / Dg) / 2
     dz = zg * expm1(lz)
@@ -611,14 +616,14 @@ def _gelu_gap(K1, K2, K12, gap):
     above = _dh(dz, zg + dz, zg) - y * expm1(lz + log1p(ds * (2 * Dg + ds) / ((1 + Kg) * (1 + 3 * Kg)))
                                             - log1p(ds / Dg) - log1p(ds / (Dg + Kg2)))
     d12 = positive(large, above, below)
-    mug = sp.atan(Kg / rg) + 2 * Kg / ((1 + Kg) * rg)          # 2 pi mu(Kg)
+    mug = atan(Kg / rg) + 2 * Kg / ((1 + Kg) * rg)          # 2 pi mu(Kg)
     mu12 = mug + d12
     LM = (log1p(d1 / mug) + log1p(d2 / mug) - 2 * log1p(d12 / mug)
           - 2 * log1p(-two_pi * dM / (Kg * mu12)))
-    gM, rM = -expm1(-LM), sp.exp(-LM / 2)
+    gM, rM = -expm1(-LM), exp(-LM / 2)
     # the outputs: L_i = K_i / 4, M_i = K_i mu_i; L1 M2 - L2 M1 = K1 K2 (mu2 - mu1) / 4
-    mu1 = (sp.atan(K1 / sp.sqrt(1 + 2 * K1)) + 2 * K1 / ((1 + K1) * sp.sqrt(1 + 2 * K1))) / two_pi
-    mu2 = (sp.atan(K2 / sp.sqrt(1 + 2 * K2)) + 2 * K2 / ((1 + K2) * sp.sqrt(1 + 2 * K2))) / two_pi
+    mu1 = (atan(K1 / sp.sqrt(1 + 2 * K1)) + 2 * K1 / ((1 + K1) * sp.sqrt(1 + 2 * K1))) / two_pi
+    mu2 = (atan(K2 / sp.sqrt(1 + 2 * K2)) + 2 * K2 / ((1 + K2) * sp.sqrt(1 + 2 * K2))) / two_pi
     return _sum_gap(K1 / 4, K2 / 4, rho, s, K1 * mu1, K2 * mu2, rM, gM, skew=K1 * K2 * (d2 - d1) / (4 * two_pi))
 
 
