@@ -495,8 +495,136 @@ class Gelu(Activation):
                 + K12 * (1 / (1 + K1) + 1 / (1 + K2)) / (2 * _pi * sp.sqrt(D))
                 + K12 / (2 * _pi * D ** sp.Rational(3, 2)))
 
+    def kernel_gap(self, K1, K2, K12, gap):
+        r"""1 - rho'^2 of (phi(u), phi(v)) from the input's exact gap s = 1 - rho^2, without cancellation.
+
+        phi = x/2 + psi(x), psi(x) = x (Phi(x) - 1/2) >= 0 even, so E[u psi(v)] = 0 and the outputs are
+        a sum of two uncorrelated parts: L = (K1, K2, K12)/4 (correlation rho, gap s) and
+        M = E[psi psi] (correlation rho_M > 0, even in K12); their gap is :func:`_sum_gap`'s
+        (every term >= 0; near rho = -1, where x/2 and psi point opposite ways, the cross term is O(1)).
+        rho_M comes from logarithms, 1 - rho_M^2 = -expm1(-L_M),
+
+            L_M = ln M1 + ln M2 - 2 ln M12 = [ln mu1 + ln mu2 - 2 ln mu12_0] - 2 log1p(-dM / M12_0),
+
+        with M = K mu(K) on the diagonal, M12_0 = Kg mu12_0 the parallel pair (K12 = Kg = sqrt(K1 K2)) and
+        dM = M12_0 - M12 >= 0. With the pair's angle A = arcsin(K12 / sqrt(P)), P = (1 + K1)(1 + K2),
+        D = P - K12^2 = 1 + K1 + K2 + K1 K2 s (Gelu.kernel, rewritten):
+
+            2 pi M12 = sqrt(P) H(A) - q sqrt(D) + 1/sqrt(D),   H(A) = A sin A + cos A,  q = 1/(1+K1) + 1/(1+K2),
+            2 pi dM = sqrt(P) [H(A0) - H(A)] + (sqrt(D) - sqrt(D0)) (q + 1/sqrt(D0 D)),
+            H(A0) - H(A) = 2 sin(x) [m cos m - (1 - x cot x) sin m],   x = (A0 - A)/2, m = A0 - x,
+
+        both terms >= 0 (m cos m >= 2 (1 - x cot x) sin m), A0 - A an arctangent of K1 K2 s P / (...),
+        cos m, sin m from cos A0 = sqrt(D0/P), sin A0 = Kg/sqrt(P) (A0 -> pi/2 at large K).
+        The bracket, O(t^2) for K1 = Kg e^t, K2 = Kg e^-t, is 0 for equal norms and is summed from
+        first-order differences mu(K_i) - mu(Kg) and mu12_0 - mu(Kg) (the latter at fixed K1 K2, in
+        D0 - Dg = 4 Kg sinh^2(t/2)), each written as a sum of same-signed terms:
+        2 pi mu(K) = arctan(K/sqrt(1+2K)) + 2K/((1+K) sqrt(1+2K)) below K = 2, and above it
+        2 pi mu - pi/2 = h(z) - z (1+3K)/((1+K)(1+2K)), z = sqrt(1+2K)/K, h(z) = z - arctan z
+        (GELU tends to a scale-invariant function: mu -> 1/4 + O(K^-3/2), which the first form would
+        leave to cancellation); the parallel pair the same with (1+2K, K^2) -> (D0, Kg^2).
+        Checked against 50-digit mpmath (tests/test_gram_near_parallel.py): relative 1e-13, or within
+        the change a relative 1e-15 perturbation of K1 makes (inputs of norms 1 and 1 + 1e-7).
+        """
+        return _gelu_gap(K1, K2, K12, gap)
+
     def __repr__(self):
         return "Gelu()"
+
+
+def _horner(coefs, y):
+    out = sp.Integer(0)
+    for c in reversed(coefs):
+        out = c + y * out
+    return out
+
+
+#: 1 - x cot x = sum_n 4^n |B_2n| x^2n / (2n)!, 14 terms: below 1e-17 relative for 0 <= x < pi/4
+_XCOT = [sp.Abs(sp.bernoulli(2 * n)) * 4**n / sp.factorial(2 * n) for n in range(1, 15)]
+#: w - arctan w = w^3 sum_k (-1)^k w^2k / (2k + 3), 8 terms: 2e-15 relative for w^2 < 1/100 (direct above:
+#: 3e-14 relative, in a term that is ~w^2 of its neighbour)
+_WATAN = [sp.Rational((-1) ** k, 2 * k + 3) for k in range(8)]
+
+
+def _w_minus_atan(w):
+    w2 = w * w
+    return positive(sp.Rational(1, 100) - w2, w * w2 * _horner(_WATAN, w2), w - sp.atan(w, evaluate=False))
+
+
+def _dh(dz, z1, z0):
+    """h(z1) - h(z0), h(z) = z - arctan z, from dz = z1 - z0: dz z1 z0/(1 + z1 z0) + (w - arctan w)."""
+    c = 1 + z1 * z0
+    return dz * z1 * z0 / c + _w_minus_atan(dz / c)
+
+
+def _gelu_gap(K1, K2, K12, gap):
+    from sympy.codegen import cfunctions
+
+    from .calculus import _sum_gap
+
+    # unevaluated: sympy's eval of atan2, exp, ... queries the signs of these large arguments (seconds)
+    atan, atan2, cos, sin, sinh, exp, expm1, log1p = (
+        functools.partial(f, evaluate=False)
+        for f in (sp.atan, sp.atan2, sp.cos, sp.sin, sp.sinh, sp.exp, cfunctions.expm1, cfunctions.log1p))
+
+    two_pi = 2 * _pi
+    s = gap
+    r, rho = sp.Abs(K12), K12 / sp.sqrt(K1 * K2)
+    ar = sp.Abs(rho)
+    Kg = sp.sqrt(K1) * sp.sqrt(K2)
+    det = K1 * K2 * s
+    P = (1 + K1) * (1 + K2)
+    sP = sp.sqrt(P)
+    D0 = 1 + K1 + K2
+    sD0, sD = sp.sqrt(D0), sp.sqrt(D0 + det)
+    q = 1 / (1 + K1) + 1 / (1 + K2)
+    # the gap direction: dM = M12_0 - M12 (M even in K12: |K12|)
+    A0 = atan(Kg / sD0)
+    x = atan2(det * P / (Kg * sD + r * sD0), sD0 * sD + Kg * r) / 2
+    cx, sx = cos(x), sin(x)
+    cm, sm = (sD0 * cx + Kg * sx) / sP, (Kg * cx - sD0 * sx) / sP
+    dH = 2 * sx * ((A0 - x) * cm - x * x * _horner(_XCOT, x * x) * sm)
+    dM = (sP * dH + det / (sD + sD0) * (q + 1 / (sD0 * sD))) / two_pi
+    # the norm direction: K1 = Kg e^t, K2 = Kg e^-t
+    t = log1p((K1 - K2) / K2) / 2
+    rg, Dg, Kg2 = sp.sqrt(1 + 2 * Kg), 1 + 2 * Kg, Kg * Kg
+    zg = rg / Kg
+    large = Kg - 2      # > 0: the forms of mu - 1/(2 pi) (h(z) and a positive remainder)
+
+    def dmu(lt):
+        # 2 pi (mu(Ki) - mu(Kg)), Ki = Kg e^lt, e = Ki - Kg
+        e = Kg * expm1(lt)
+        Ki = Kg + e
+        ri = sp.sqrt(1 + 2 * Ki)
+        l1, l2 = log1p(e / (1 + Kg)), log1p(2 * e / Dg)
+        dx = e * (Ki + Kg + 2 * Ki * Kg) / (ri * rg * (Ki * rg + Kg * ri))
+        below = atan(dx / (1 + Ki * Kg / (ri * rg))) + 2 * Kg / ((1 + Kg) * rg) * expm1(lt - l1 - l2 / 2)
+        lz = l2 / 2 - lt
+        dz = zg * expm1(lz)
+        y = zg * (1 + 3 * Kg) / ((1 + Kg) * Dg)
+        above = _dh(dz, zg + dz, zg) - y * expm1(lz + log1p(3 * e / (1 + 3 * Kg)) - l1 - l2)
+        return positive(large, above, below)
+
+    d1, d2 = dmu(t), dmu(-t)
+    ds = 4 * Kg * sinh(t / 2) ** 2        # D0 - Dg
+    sD0g = sp.sqrt(Dg + ds)
+    below = (atan(-Kg * ds / (sD0g * rg * (sD0g + rg)) / (1 + Kg2 / (sD0g * rg)))
+             + 2 * Kg / (rg * (1 + Kg)) * expm1(log1p(ds / (1 + Dg)) - log1p(ds / Dg) / 2 - log1p(ds / (Dg + Kg2))))
+    lz = log1p(ds / Dg) / 2
+    dz = zg * expm1(lz)
+    y = zg * (1 + 3 * Kg) / ((1 + Kg) * Dg)       # z (Dg^2 - Kg^2) / (Dg (Dg + Kg^2))
+    above = _dh(dz, zg + dz, zg) - y * expm1(lz + log1p(ds * (2 * Dg + ds) / ((1 + Kg) * (1 + 3 * Kg)))
+                                            - log1p(ds / Dg) - log1p(ds / (Dg + Kg2)))
+    d12 = positive(large, above, below)
+    mug = atan(Kg / rg) + 2 * Kg / ((1 + Kg) * rg)          # 2 pi mu(Kg)
+    mu12 = mug + d12
+    LM = (log1p(d1 / mug) + log1p(d2 / mug) - 2 * log1p(d12 / mug)
+          - 2 * log1p(-two_pi * dM / (Kg * mu12)))
+    gM, rM = -expm1(-LM), exp(-LM / 2)
+    # the outputs: L_i = K_i / 4, M_i = K_i mu_i; L1 M2 - L2 M1 = K1 K2 (mu2 - mu1) / 4
+    mu1 = (atan(K1 / sp.sqrt(1 + 2 * K1)) + 2 * K1 / ((1 + K1) * sp.sqrt(1 + 2 * K1))) / two_pi
+    mu2 = (atan(K2 / sp.sqrt(1 + 2 * K2)) + 2 * K2 / ((1 + K2) * sp.sqrt(1 + 2 * K2))) / two_pi
+    return _sum_gap(K1 / 4, K2 / 4, rho, s, K1 * mu1, K2 * mu2, rM, gM, skew=K1 * K2 * (d2 - d1) / (4 * two_pi))
 
 
 def _tilt(a, K):

@@ -113,14 +113,14 @@ theta ~ sqrt(2 (1 - rho)); so the pairs with 1 - rho^2 < 1e-3 go through the
 block map that also carries their gap 1 - rho^2 exactly
 (:class:`~meanfield.calculus.GramSignal` ``gap``: from the input rows by
 projection, then every rule's cancellation-free update, ``calculus._sum_gap``
-for Dense and residual, ``Activation.kernel_gap`` for the ReLU family and erf,
-the centred gap for LayerNorm), with K12 taken from the gap. Blocks with an
-activation that has no gap map (GELU, quadrature activations) use (K1, K2,
+for Dense and residual, ``Activation.kernel_gap`` for the ReLU family, erf and
+GELU, the centred gap for LayerNorm), with K12 taken from the gap. Blocks with an
+activation that has no gap map (the quadrature activations) use (K1, K2,
 K12) alone; there, and in the BatchNorm walk, a correlation within 1e-15 of
 +-1 is taken as +-1 where an arccos sees it (exactly parallel pairs, the
 diagonal after a LayerNorm). Against a 50-digit recursion from the float64
 inputs, pairs with 1 - rho (or 1 + rho) from 1e-6 to 1e-15 keep ~1e-14 at
-depth 32 for the ReLU family and erf, up to 4e-13 where correlation 1 is
+depth 32 for the ReLU family, erf and GELU, up to 4e-13 where correlation 1 is
 unstable (docs/gram.md, Numerics, has the table). Two-point forms that divide
 by a Gram determinant (erf, GELU: (1 + c K1)(1 + c K2) - c^2 K12^2) evaluate
 it as one node (``activations.pair_det``, or with the carried gap) that is
@@ -237,15 +237,35 @@ def _safe(expr):
         return _safe(expr.xreplace(hidden)).xreplace({d: lam for lam, d in hidden.items()})
     acos, asin, sqrt = sp.Function("_mf_acos"), sp.Function("_mf_asin"), sp.Function("_mf_sqrt")
     corr = sp.Function("_mf_corr")
+    # (each replace rebuilds the whole tree: only where there is something to replace)
     rhos = {e.args[0] for e in expr.atoms(sp.acos)}
-    expr = expr.xreplace({**{r: corr(r) for r in rhos}, **{-r: -corr(r) for r in rhos}})
-    expr = expr.replace(lambda e: isinstance(e, sp.acos), lambda e: acos(e.args[0]))
-    expr = expr.replace(lambda e: isinstance(e, sp.asin), lambda e: asin(e.args[0]))
+    if rhos:
+        expr = expr.xreplace({**{r: corr(r) for r in rhos}, **{-r: -corr(r) for r in rhos}})
+        expr = expr.replace(lambda e: isinstance(e, sp.acos), lambda e: acos(e.args[0]))
+    if expr.has(sp.asin):
+        expr = expr.replace(lambda e: isinstance(e, sp.asin), lambda e: asin(e.args[0]))
 
-    def half_power(e):
-        return isinstance(e, sp.Pow) and e.exp.is_Rational and e.exp.q == 2
+    return _half_powers(sp.sympify(expr), sqrt, {})
 
-    return expr.replace(half_power, lambda e: sqrt(e.base) ** (2 * e.exp))
+
+def _half_powers(e, sqrt, memo):
+    """b**(k/2) -> sqrt(b)**k throughout e, bottom-up, each shared subtree once (memo): sympy's replace took
+    seconds over GELU's gap map."""
+    out = memo.get(e)
+    if out is not None:
+        return out
+    if not e.args or isinstance(e, (sp.Number, sp.Symbol)):
+        out = e
+    else:
+        args = tuple(_half_powers(a, sqrt, memo) for a in e.args)
+        if isinstance(e, sp.Pow) and e.exp.is_Rational and e.exp.q == 2:
+            out = sqrt(args[0]) ** (2 * e.exp)
+        elif args == e.args:
+            out = e
+        else:
+            out = e.func(*args)
+    memo[e] = out
+    return out
 
 
 def _checked_spec(arch, tokens_ok=False):
@@ -556,9 +576,14 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     else:
         f = _compiled(spec, parameterization, want_ntk)
         # the map that carries the pair's exact gap, for the near-(anti)parallel pairs only (below); None when a
-        # rule of the block has no exact gap map (erf, GELU, quadrature activations: smooth at rho = 1, or pair_det)
-        fg = _compiled(spec, parameterization, want_ntk, gap=True)
-        fg = fg if fg.carries_gap else None
+        # rule of the block has no exact gap map (quadrature activations)
+        # (compiled on the first near pair only: seconds for GELU's, and most Gram matrices have none)
+    fg = None
+    pending = not batch     # the gap map not compiled yet
+
+    def gap_map():
+        g = _compiled(spec, parameterization, want_ntk, gap=True)
+        return g if g.carries_gap else None
 
     # the input layer (both parameterisations share the NNGP)
     dot = a @ b.T
@@ -589,6 +614,12 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     # the pairs that go through the gap-carrying map (``near``, 1 - rho^2 < _NEAR) and their gap ``S`` (meaningful
     # on ``near`` only)
     near = S = None
+    if pending:
+        with np.errstate(all="ignore"):
+            close = _naive_gap(Ka[:, None], Kb[None, :], C) < 2 * _NEAR
+        close[rows, cols] = False
+        if close.any():
+            fg, pending = gap_map(), False
     if not batch and fg is not None:
         # the pair's gap 1 - rho^2 after the input layer, exact from the rows as given: the input Dense
         # layer's own gap rule (calculus._sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap
@@ -606,6 +637,7 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         near = S < _NEAR
     diag = [Ka.copy()] if per_layer else None
     zero_T = np.zeros(())
+    buf = None
     with np.errstate(all="ignore"):
         for _ in range(depth - 1):
             if batch:
@@ -662,12 +694,20 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
             if want_ntk:
                 Ta, Tb = _full(da_out[1], Ka.shape), _full(db_out[1], Kb.shape)
                 T = pin(Tn, Ta)
-            if fg is not None:
+            if fg is not None or pending:
                 # pairs that came within the gap (not identical ones): they enter with the gap of the rounded
                 # kernels (theta right to ~1e-16 / theta absolute: ~3e-15 there); tracked ones keep theirs
-                thr = np.multiply.outer(np.sqrt(Ka) * np.sqrt(1 - _NEAR), np.sqrt(Kb))
-                cand = np.abs(C) > thr
+                # |C| / (sqrt(Ka) sqrt(Kb) sqrt(1 - _NEAR)) > 1, in one reused buffer (a few ms per layer at n = 1000)
+                if buf is None:
+                    buf = np.empty(C.shape)
+                np.abs(C, out=buf)
+                buf *= (1 / (np.sqrt(Ka) * np.sqrt(1 - _NEAR)))[:, None]
+                buf *= (1 / np.sqrt(Kb))[None, :]
+                cand = buf > 1.0
                 cand[rows, cols] = False
+                if pending and cand.any():
+                    fg, pending = gap_map(), False
+            if fg is not None:
                 if S is None:
                     S = np.ones(C.shape)
                 if n_near:

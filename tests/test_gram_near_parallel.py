@@ -74,9 +74,39 @@ def test_relu_family_near_parallel_deep(case, gap, scale):
 @pytest.mark.parametrize("act", ["erf", "gelu"])
 @pytest.mark.parametrize("gap", [1e-9, 1e-15])
 def test_smooth_activations_near_parallel(act, gap):
-    # erf and GELU do not carry the gap (their kernels are smooth at rho = 1): no worse than 1e-13 at depth 20
+    # erf and GELU, plain blocks (ordered for these parameters): no worse than 1e-13 at depth 20
     errs = _err(mf.Architecture(act), act, None, None, gap, 1.3, 20)
     assert max(errs) < 1e-13, errs
+
+
+GELU_CASES = {
+    "ln_post": (mf.Architecture("gelu", norm="ln_post"), "ln_post", None),
+    "residual": (mf.Architecture("gelu", mu=0.8), None, 0.8),
+    "ln_pre": (mf.Architecture("gelu", norm="ln_pre"), "ln_pre", None),
+    "pre-LN residual": (mf.Architecture("gelu", norm="ln_pre", mu=0.8), "ln_pre", 0.8),
+}
+
+
+@pytest.mark.parametrize("case", list(GELU_CASES))
+@pytest.mark.parametrize("gap", [1e-6, 1e-9, 1e-12, 1e-15, -1e-12])
+def test_gelu_near_parallel_deep(case, gap):
+    # GELU carries the gap (Gelu.kernel_gap): depth 24, equal norms, both parameterisations. ln_post and the
+    # residual are chaotic for sigma_w = 1.4, where correlation 1 is unstable: before, the gap recomputed from
+    # the rounded kernels (1e-16 absolute) grew to 2e-13 (residual) and 7e-13 (ln_post) at depth 24, 7e-12 at 32
+    arch, norm, mu = GELU_CASES[case]
+    errs = _err(arch, "gelu", norm, mu, gap, 1.0, 24)
+    assert max(errs) < 2e-14, errs
+
+
+@pytest.mark.parametrize("case", ["ln_post", "residual"])
+@pytest.mark.parametrize("sw", [0.9, 2.0])
+def test_gelu_near_parallel_other_phases(case, sw):
+    # the ordered (sigma_w = 0.9) and a more chaotic (2.0) side, 1 - rho = 1e-13, norms 1 and 1 + 1e-9
+    arch, norm, mu = GELU_CASES[case]
+    x, y = _pair(1e-13, 1.0 + 1e-9, seed=2)
+    K, T, _ = (float(v) for v in R.recursion(x, y, "gelu", norm, mu, 22, sw, SB, WIDTH)[22])
+    r = mf.kernels(arch, x[None], y[None], depth=22, sigma_w=sw, sigma_b=SB)
+    assert abs(r.nngp[0, 0] / K - 1) < 2e-14 and abs(r.ntk[0, 0] / T - 1) < 2e-14
 
 
 def test_near_parallel_inside_a_gram_matrix():
@@ -113,9 +143,9 @@ _GAP_POINTS = [(1.0, 1.0, 1e-12, 1), (1.0, 1.0, 1e-30, 1), (2.0, 0.7, 1e-9, 1), 
                (1.0, 1.0, float(np.sin(0.049) ** 2), 1), (1.0, 1.0, float(np.sin(0.0501) ** 2), -1)]
 
 
-def _mp_gap(name, K1, K2, gap, sign):
+def _mp_gap(name, K1, K2, gap, sign, dps=50):
     """1 - M12^2 / (M1 M2) at 50 digits for the pair with exactly this gap (rho = sign sqrt(1 - gap))."""
-    with mp.workdps(50):
+    with mp.workdps(dps):
         K1, K2 = mp.mpf(K1), mp.mpf(K2)
         K12 = sign * mp.sqrt(1 - mp.mpf(gap)) * mp.sqrt(K1 * K2)
         pair, one = R.activation(name)
@@ -123,7 +153,7 @@ def _mp_gap(name, K1, K2, gap, sign):
         return 1 - M * M / (one(K1)[0] * one(K2)[0]), K12
 
 
-@pytest.mark.parametrize("name", ["relu", "leaky_relu", "abs", "erf"])
+@pytest.mark.parametrize("name", ["relu", "leaky_relu", "abs", "erf", "gelu"])
 def test_kernel_gap_against_mpmath(name):
     import sympy as sp
 
@@ -139,9 +169,38 @@ def test_kernel_gap_against_mpmath(name):
         rel = abs(got / float(ref) - 1)
         # erf's gap for inputs of norms 1 and 1 + 1e-7 is (its two arcsine differences ~1e-7 nearly cancel) right
         # to 2e-9 relative: the output angle sqrt(gap) ~ 4e-8 to 1e-17 absolute, what the kernels need
-        if name == "erf" and k2 == 1.0000001:
+        if name in ("erf", "gelu") and k2 == 1.0000001:
             assert abs(np.sqrt(got) - float(mp.sqrt(ref))) < 1e-16
             continue
         worst = max(worst, rel)
     # the rounded rho (1e-16 absolute) enters only where the gap is not small: relative accuracy throughout
     assert worst < 1e-13, worst
+
+
+def test_gelu_kernel_gap_small_and_huge_K():
+    # Gelu.kernel_gap at K = 1e-6 ... 1e12 (two forms, switching at sqrt(K1 K2) = 2), inputs of equal norms,
+    # norms 1 : 1 + 1e-10 ... 1 : 5, 1 -+ rho = 1e-30 ... 1: relative 1e-13, or within the change that a
+    # relative 6e-15 perturbation of K1 makes (where the output gap comes from the norms: for K1 / K2 - 1 = 1e-10
+    # its part is O(1e-20) and known to ~1e-16 / 1e-10 relative from the rounded K's alone)
+    import sympy as sp
+
+    from meanfield.gram import _lambdify
+
+    phi = mf.act("gelu").phi
+    K1, K2, G = sp.symbols("K1 K2 G", positive=True)
+    f = _lambdify((K1, K2, sp.Symbol("K12"), G), [phi.kernel_gap(K1, K2, sp.Symbol("K12"), G)])
+    worst = 0.0
+    for k in (1e-6, 0.1, 1.9, 2.1, 30.0, 1e4, 1e8, 1e12):
+        for ratio in (1.0, 1 + 1e-10, 1 + 1e-6, 1.69, 0.2):
+            for gap in (1e-30, 1e-15, 1e-9, 1e-3, 0.5, 1.0):
+                for sign in (1, -1):
+                    k1, k2 = k, k * ratio
+                    ref, k12 = _mp_gap("gelu", k1, k2, gap, sign)
+                    with mp.workdps(90):
+                        h = mp.mpf(10) ** -30
+                        slope = abs(_mp_gap("gelu", mp.mpf(k1) * (1 + h), k2, gap, sign, 90)[0]
+                                    - _mp_gap("gelu", k1, k2, gap, sign, 90)[0]) / h
+                    with np.errstate(all="ignore"):
+                        got = float(np.ravel(f(k1, k2, float(k12), gap)[0])[0])
+                    worst = max(worst, abs(got - float(ref)) / (1e-13 * float(ref) + 6e-15 * float(slope)))
+    assert worst < 1, worst
