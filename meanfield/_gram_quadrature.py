@@ -520,8 +520,9 @@ def _gram_rows(k1, k2, C, ia, ib, A, Bc, sA, sBc, eA, eBc, uA, ladder, tol, step
 # ---------------------------------------------------------------------------
 #: width of the Gaussian smoothing of the base's kinks and jumps (base_s(h) = E_w[base(h + S0 w)])
 _SPLIT_S0 = 1.0
-#: trapezoid steps tried for the localised remainder (two grids offset by half a step each)
-_SPLIT_STEPS = (0.5, 0.25)
+#: trapezoid steps tried (the cross terms', the remainders' product's; two grids offset by half a step each):
+#: the product r_f r_g is small at large K (~1/sqrt(D)), so a coarser rule often meets the tolerance there
+_SPLIT_STEPS = ((0.5, 1.0), (0.5, 0.5), (0.25, 0.25))
 #: the split is used where both conditional standard deviations are at least this ...
 _SPLIT_TAU = 1.0
 #: ... and where |K12| L_f L_g / D (the exponent of the factorised density) stays below this
@@ -651,9 +652,8 @@ def _base_pair(k1, k2, k12, D, af, ag, s0sq):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _split_grid(k1, k2, k12, D, af, ag, s0sq, u, wf, v, wg, G, E, P):
-    """E[bf_s(u) rg(v)] + E[rf(u) bg_s(v)] + E[rf(u) rg(v)] on one pair of trapezoid grids (u, weights wf = h rf;
-    v, wg = h rg; uniform, step u[1] - u[0]); G, E, P: work arrays of v's size."""
+def _split_cross(k1, k2, k12, D, af, ag, s0sq, u, wf, v, wg):
+    """E[bf_s(u) rg(v)] + E[rf(u) bg_s(v)] on one pair of trapezoid grids (u, weights wf = h rf; v, wg = h rg)."""
     # E[rf(u) bg_s(v)]: u ~ N(0, k1), v + s0 w | u ~ N(k12 u / k1, D / k1 + s0^2)
     t = math.sqrt(D / k1 + s0sq)
     mu = k12 / k1
@@ -669,6 +669,13 @@ def _split_grid(k1, k2, k12, D, af, ag, s0sq, u, wf, v, wg, G, E, P):
     for j in range(v.size):
         if wg[j] != 0.0:
             t2 += wg[j] * c * math.exp(-0.5 * v[j] * v[j] / k2) * _cond_base(af, mu * v[j], t)
+    return t2 + t3
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _split_rr(k1, k2, k12, D, u, wf, v, wg, G, E, P):
+    """E[rf(u) rg(v)] on one pair of uniform trapezoid grids (u, wf = h rf; v, wg = h rg; step u[1] - u[0]);
+    G, E, P: work arrays of v's size."""
     # E[rf(u) rg(v)]: the density exp(-(k2 u^2 - 2 k12 u v + k1 v^2) / (2 D)) / (2 pi sqrt(D)), with
     # exp(beta u_i v_j) stepped along the uniform u grid (one multiplication per node)
     beta = k12 / D
@@ -692,14 +699,17 @@ def _split_grid(k1, k2, k12, D, af, ag, s0sq, u, wf, v, wg, G, E, P):
     for j in range(m):
         if wg[j] != 0.0:
             t4 += wg[j] * math.exp(-0.5 * k1 * v[j] * v[j] / D) * G[j]
-    t4 /= 2.0 * math.pi * math.sqrt(D)
-    return t2 + t3 + t4
+    return t4 / (2.0 * math.pi * math.sqrt(D))
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _split_sum(k1, k2, k12, af, ag, s0sq, ua, wfa, ub, wfb, va, wga, vb, wgb, out, err):
-    """E[f(u) g(v)] = E[bf bg] + (the rest on the grids a and b, averaged) per entry; err: |a - b|."""
-    n = max(va.size, vb.size)
+def _split_sum(k1, k2, k12, af, ag, s0sq, g1, g2, out, err):
+    """E[f(u) g(v)] = E[bf bg] + (the cross terms on the grids g1, the remainders' product on the grids g2; each
+    on the two offset grids a and b, averaged) per entry; err: |a - b| of the two parts, added.
+    g1, g2: (ua, wfa, ub, wfb, va, wga, vb, wgb) as in :meth:`_Split.grids`."""
+    ua, wfa, ub, wfb, va, wga, vb, wgb = g1
+    Ua, Wfa, Ub, Wfb, Va, Wga, Vb, Wgb = g2
+    n = max(Va.size, Vb.size)
     G = np.empty(n)
     E = np.empty(n)
     P = np.empty(n)
@@ -709,10 +719,12 @@ def _split_sum(k1, k2, k12, af, ag, s0sq, ua, wfa, ub, wfb, va, wga, vb, wgb, ou
         c = k12[p]
         D = a * b - c * c
         t1 = _base_pair(a, b, c, D, af, ag, s0sq)
-        xa = _split_grid(a, b, c, D, af, ag, s0sq, ua, wfa, va, wga, G, E, P)
-        xb = _split_grid(a, b, c, D, af, ag, s0sq, ub, wfb, vb, wgb, G, E, P)
-        out[p] = t1 + 0.5 * (xa + xb)
-        err[p] = abs(xa - xb)
+        xa = _split_cross(a, b, c, D, af, ag, s0sq, ua, wfa, va, wga)
+        xb = _split_cross(a, b, c, D, af, ag, s0sq, ub, wfb, vb, wgb)
+        ya = _split_rr(a, b, c, D, Ua, Wfa, Va, Wga, G, E, P)
+        yb = _split_rr(a, b, c, D, Ub, Wfb, Vb, Wgb, G, E, P)
+        out[p] = t1 + 0.5 * (xa + xb) + 0.5 * (ya + yb)
+        err[p] = abs(xa - xb) + abs(ya - yb)
     return 0
 
 
@@ -926,8 +938,9 @@ class ProductMoment:
         last is two-dimensional over the box where both r are nonzero (:func:`_split_grid`). Each is
         summed by the trapezoid rule on two grids offset by half a step in both variables (r is
         analytic, the Gaussian factors have widths >= 1, so the rule converges exponentially); an entry
-        is accepted where the two agree to TOL of sqrt(E f^2 E g^2), and takes their mean. Step 1/2,
-        then 1/4 for the entries left; the others are returned."""
+        is accepted where the two differences (cross terms, product) add up to at most TOL of
+        sqrt(E f^2 E g^2), and takes the means. Steps (1/2, 1) for (cross terms, product), then (1/2, 1/2),
+        then (1/4, 1/4) for the entries left; the others are returned."""
         sp_ = self._splits()
         if sp_ is None:
             return pend
@@ -953,14 +966,14 @@ class ProductMoment:
         scale = TOL * np.sqrt(np.abs(ef[ia] * eg[ib]))
         done = np.zeros(pend.size, dtype=bool)
         s0sq = _SPLIT_S0 * _SPLIT_S0
-        for step in _SPLIT_STEPS:
+        for step1, step2 in _SPLIT_STEPS:
             if sel.size == 0:
                 break
-            fa, wfa, fb, wfb = sf.grids(step)
-            ga, wga, gb, wgb = sg.grids(step)
+            g1 = sf.grids(step1) + sg.grids(step1)
+            g2 = sf.grids(step2) + sg.grids(step2)
             val, err = np.empty(sel.size), np.empty(sel.size)
             _split_sum(np.ascontiguousarray(a[sel]), np.ascontiguousarray(b[sel]), np.ascontiguousarray(c[sel]),
-                       sf.alpha, sg.alpha, s0sq, fa, wfa, fb, wfb, ga, wga, gb, wgb, val, err)
+                       sf.alpha, sg.alpha, s0sq, g1, g2, val, err)
             good = (err <= scale) & np.isfinite(val)
             out[pend[sel[good]]] = val[good]
             done[sel[good]] = True
