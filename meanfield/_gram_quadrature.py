@@ -51,7 +51,17 @@ Error control
 * Gram matrices (K1 a column, K2 a row, K12 a matrix: what ``kernels``
   passes): the first level is summed by the compiled :func:`_gram_rows`
   (vectorised over each row; the upper triangle when symmetric).
-* Entries the series does not settle: for f and g without breakpoints and a
+* Entries the series does not settle, first: where f and g are asymptotically
+  linear on each side (SiLU, SiLU', softplus, gelu_tanh, tanh; :class:`_Split`)
+  and both conditional standard deviations are >= 1, the split
+  f = b_f + r_f (b_f the piecewise-linear asymptote smoothed by N(0, 1), r_f
+  analytic and exponentially localised): E[b_f b_g] in closed form (arc-cosine
+  kernels of order 1 and 0 and their cross terms), E[b_f r_g] and E[r_f b_g]
+  one-dimensional over r with the conditional expectation of b in closed form,
+  E[r_f r_g] two-dimensional over the box where both r are nonzero, each on
+  two trapezoid grids offset by half a step whose difference must be below
+  ``TOL`` of sqrt(E f^2 E g^2) (:meth:`ProductMoment._split`, ~25 us an
+  entry). Then, for f and g without breakpoints and a
   conditional width sigma = sqrt(K2 (1 - rho^2)) <= 16, the conditional
   form E_z[f(s1 z) E_w[g(s2 rho z + sigma w)]] on an exp-sinh x trapezoid
   product rule, vectorised over the entries, each level checked against the

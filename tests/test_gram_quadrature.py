@@ -357,10 +357,21 @@ def _ref_split(name_f, name_g, K1, K2, rho):
                  [-mp.inf, -wu, 0, wu, mp.inf])
     br = mp.quad(lambda v: rg(v) * mp.npdf(v, 0, s2) * _cond_kinked(af, K12 / K2 * v, tu), [-L, -wv, 0, wv, L])
     rb = mp.quad(lambda u: rf(u) * mp.npdf(u, 0, s1) * _cond_kinked(ag, K12 / K1 * u, tv), [-L, -wu, 0, wu, L])
-    rr, rr_abs = _rr_float(rf, rg, float(K1), float(K2), float(K12))
-    rr2, _ = _rr_float(rf, rg, float(K1), float(K2), float(K12), n=16)
-    assert abs(rr - rr2) <= 1e-15 * rr_abs + 1e-18, (rr, rr2)   # far below the 2e-14 * scale checked
-    return bb + br + rb + mp.mpf(rr)
+    if min(tu, tv) >= 1:
+        rr, rr_abs = _rr_float(rf, rg, float(K1), float(K2), float(K12))
+        rr2, _ = _rr_float(rf, rg, float(K1), float(K2), float(K12), n=16)
+        assert abs(rr - rr2) <= 1e-15 * rr_abs + 1e-18, (rr, rr2)   # far below the 2e-14 * scale checked
+        return bb + br + rb + mp.mpf(rr)
+
+    # a narrow conditional density (the panels above would not resolve it): nested adaptive quadrature
+    def inner(u):
+        m = K12 / K1 * u
+        pts = [p for p in sorted({-L, 0, L, m - 10 * tv, m, m + 10 * tv}) if -L <= p <= L]
+        return mp.quad(lambda v: rg(v) * mp.npdf(v, m, tv), pts)
+
+    with mp.workdps(18):
+        rr = mp.quad(lambda u: rf(u) * mp.npdf(u, 0, s1) * inner(u), [-L, -1, 0, 1, L])
+    return bb + br + rb + rr
 
 
 def _split_moment(name_f, name_g):
@@ -444,14 +455,24 @@ def test_split_against_mpmath(nf, ng, K1, K2, rho):
     _check_split(nf, ng, K1, K2, rho)
 
 
+# where both conditional standard deviations are >= 1 (the split route; the reference's float tensor sum)
+_GRID = ([(2.0, 3.0, r) for r in (-0.5, 0.3)] + [(100.0, 300.0, r) for r in (-0.99, -0.5, 0.3, 0.9)]
+         + [(1e4, 5e3, r) for r in (-0.99, -0.5, 0.3, 0.9, 0.999)])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["silu", "dsilu", "softplus", "gelu_tanh"])
-@pytest.mark.parametrize("K1, K2", [(1.0, 2.0), (100.0, 300.0), (1e4, 5e3)])
-@pytest.mark.parametrize("rho", [-0.99, -0.5, 0.3, 0.9, 0.999])
+@pytest.mark.parametrize("K1, K2, rho", _GRID)
 def test_split_against_mpmath_grid(name, K1, K2, rho):
-    # the split route where both conditional standard deviations are >= 1, the full path everywhere
-    tau = np.sqrt(min(K1, K2) * (1 - rho * rho))
-    _check_split(name, name, K1, K2, rho, via_split=tau >= 1.0)
+    _check_split(name, name, K1, K2, rho)
+
+
+# below it (the conditional rule; the reference's nested adaptive rule for the remainders' product, ~1 min each)
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["silu", "dsilu"])
+@pytest.mark.parametrize("K1, K2, rho", [(1.0, 2.0, 0.9), (1.0, 2.0, -0.99), (100.0, 300.0, 0.999)])
+def test_split_activations_narrow_against_mpmath(name, K1, K2, rho):
+    _check_split(name, name, K1, K2, rho, via_split=False)
 
 
 @pytest.mark.parametrize("name", ["silu", "dsilu", "softplus", "gelu_tanh"])
@@ -494,3 +515,51 @@ def test_split_reference_against_nested():
         assert abs(_ref_split("silu", "silu", 100.0, 100.0, 0.9) - ref) <= 1e-16 * abs(ref)
     finally:
         mp.mp.dps = 30
+
+
+@pytest.mark.slow
+def test_gram_silu_growing_phase_against_mpmath_recursion(monkeypatch):
+    """SiLU at sigma_w = 1.5 (the growing phase: K ~ 10 -> ~100 over 20 layers, rho -> ~0.9), NNGP at depth 20,
+    against the pair-by-pair recursion K' = sigma_w^2 E[phi(u) phi(v)] + sigma_b^2 in mpmath (diagonal: the
+    one-dimensional integral; off-diagonal: the split reference above, kinked base), and the split route
+    exercised on the way."""
+    from meanfield import _gram_quadrature as gq
+
+    settled = []
+    orig = gq.ProductMoment._split
+
+    def spy(self, pend, *a):
+        left = orig(self, pend, *a)
+        settled.append(pend.size - left.size)
+        return left
+
+    monkeypatch.setattr(gq.ProductMoment, "_split", spy)
+    rng = np.random.default_rng(3)
+    d = 8
+    x = rng.standard_normal((3, d))
+    x *= np.array([[3.0], [2.6], [1.0]]) * np.sqrt(d) / np.linalg.norm(x, axis=1, keepdims=True)
+    sw, sb, depth = 1.5, 0.1, 20
+    r = mf.kernels("silu", x, depth=depth, sigma_w=sw, sigma_b=sb, get="nngp")
+    assert sum(settled) > 0
+    f = MP_SPLIT["silu"][0]
+    mp.mp.dps = 20
+    try:
+        K = [[sw**2 * mp.fsum(mp.mpf(a) * mp.mpf(b) for a, b in zip(x[i], x[j])) / d + sb**2 for j in range(3)]
+             for i in range(3)]
+        for _ in range(depth - 1):
+            diag = [sw**2 * _scale_mp("silu", K[i][i]) + sb**2 for i in range(3)]
+            off = {}
+            for i, j in ((0, 1), (0, 2)):
+                rho = K[i][j] / mp.sqrt(K[i][i] * K[j][j])
+                off[i, j] = sw**2 * _ref_split("silu", "silu", K[i][i], K[j][j], rho) + sb**2
+            for i in range(3):
+                K[i][i] = diag[i]
+            for (i, j), v in off.items():
+                K[i][j] = K[j][i] = v
+    finally:
+        mp.mp.dps = 30
+    assert float(K[0][0]) > 50 and float(K[0][1] / mp.sqrt(K[0][0] * K[1][1])) > 0.8   # the regime meant
+    for i, j in ((0, 0), (1, 1), (0, 1), (0, 2)):
+        assert abs(r.nngp[i, j] - float(K[i][j])) <= 1e-12 * float(mp.sqrt(K[i][i] * K[j][j])), \
+            (i, j, r.nngp[i, j], float(K[i][j]))
+    _ = f
