@@ -530,9 +530,9 @@ def _gram_rows(k1, k2, C, ia, ib, A, Bc, sA, sBc, eA, eBc, uA, ladder, tol, step
 # ---------------------------------------------------------------------------
 #: width of the Gaussian smoothing of the base's kinks and jumps (base_s(h) = E_w[base(h + S0 w)])
 _SPLIT_S0 = 1.0
-#: trapezoid steps tried (the cross terms', the remainders' product's; two grids offset by half a step each):
-#: the product r_f r_g is small at large K (~1/sqrt(D)), so a coarser rule often meets the tolerance there
-_SPLIT_STEPS = ((0.5, 1.0), (0.5, 0.5), (0.25, 0.25))
+#: trapezoid steps tried (the cross terms', the remainders' product's; two grids offset by half a step each;
+#: a step of 1 for the product alone met the tolerance on none of 2000 SiLU entries at K = 20-1000, rho = 0.8-0.95)
+_SPLIT_STEPS = ((0.5, 0.5), (0.25, 0.25))
 #: the split is used where both conditional standard deviations are at least this ...
 _SPLIT_TAU = 1.0
 #: ... and where |K12| L_f L_g / D (the exponent of the factorised density) stays below this
@@ -949,8 +949,8 @@ class ProductMoment:
         summed by the trapezoid rule on two grids offset by half a step in both variables (r is
         analytic, the Gaussian factors have widths >= 1, so the rule converges exponentially); an entry
         is accepted where the two differences (cross terms, product) add up to at most TOL of
-        sqrt(E f^2 E g^2), and takes the means. Steps (1/2, 1) for (cross terms, product), then (1/2, 1/2),
-        then (1/4, 1/4) for the entries left; the others are returned."""
+        sqrt(E f^2 E g^2), and takes the means. Step 1/2, then 1/4 for the entries left; the others are
+        returned."""
         sp_ = self._splits()
         if sp_ is None:
             return pend
