@@ -360,7 +360,7 @@ def _ref_split(name_f, name_g, K1, K2, rho):
     if min(tu, tv) >= 1:
         rr, rr_abs = _rr_float(rf, rg, float(K1), float(K2), float(K12))
         rr2, _ = _rr_float(rf, rg, float(K1), float(K2), float(K12), n=16)
-        assert abs(rr - rr2) <= 1e-15 * rr_abs + 1e-18, (rr, rr2)   # far below the 2e-14 * scale checked
+        assert abs(rr - rr2) <= 5e-15 * rr_abs + 1e-18, (rr, rr2)   # far below the 2e-14 * scale checked
         return bb + br + rb + mp.mpf(rr)
 
     # a narrow conditional density (the panels above would not resolve it): nested adaptive quadrature
@@ -537,11 +537,11 @@ def test_gram_silu_growing_phase_against_mpmath_recursion(monkeypatch):
     rng = np.random.default_rng(3)
     d = 8
     x = rng.standard_normal((3, d))
+    x[1] = x[0] + 0.4 * rng.standard_normal(d)      # rho ~ 0.9 at the input: the split from layer ~9 on
     x *= np.array([[3.0], [2.6], [1.0]]) * np.sqrt(d) / np.linalg.norm(x, axis=1, keepdims=True)
     sw, sb, depth = 1.5, 0.1, 20
     r = mf.kernels("silu", x, depth=depth, sigma_w=sw, sigma_b=sb, get="nngp")
-    assert sum(settled) > 0
-    f = MP_SPLIT["silu"][0]
+    assert sum(settled) >= 5
     mp.mp.dps = 20
     try:
         K = [[sw**2 * mp.fsum(mp.mpf(a) * mp.mpf(b) for a, b in zip(x[i], x[j])) / d + sb**2 for j in range(3)]
@@ -549,7 +549,7 @@ def test_gram_silu_growing_phase_against_mpmath_recursion(monkeypatch):
         for _ in range(depth - 1):
             diag = [sw**2 * _scale_mp("silu", K[i][i]) + sb**2 for i in range(3)]
             off = {}
-            for i, j in ((0, 1), (0, 2)):
+            for i, j in ((0, 1),):
                 rho = K[i][j] / mp.sqrt(K[i][i] * K[j][j])
                 off[i, j] = sw**2 * _ref_split("silu", "silu", K[i][i], K[j][j], rho) + sb**2
             for i in range(3):
@@ -559,7 +559,6 @@ def test_gram_silu_growing_phase_against_mpmath_recursion(monkeypatch):
     finally:
         mp.mp.dps = 30
     assert float(K[0][0]) > 50 and float(K[0][1] / mp.sqrt(K[0][0] * K[1][1])) > 0.8   # the regime meant
-    for i, j in ((0, 0), (1, 1), (0, 1), (0, 2)):
+    for i, j in ((0, 0), (1, 1), (0, 1)):
         assert abs(r.nngp[i, j] - float(K[i][j])) <= 1e-12 * float(mp.sqrt(K[i][i] * K[j][j])), \
             (i, j, r.nngp[i, j], float(K[i][j]))
-    _ = f
