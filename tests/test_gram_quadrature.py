@@ -291,3 +291,275 @@ def test_gram_agrees_with_layerwise_mpmath():
     k12 = sw**2 * float(_ref_1d("tanh", K1, K2, 1.0)) + sb**2
     t12 = k12 + sw**2 * float(_ref_1d("dtanh", K1, K2, 1.0)) * (sw**2 * 0.75 / 2)
     np.testing.assert_allclose([r.nngp[0, 1], r.ntk[0, 1]], [k12, t12], rtol=1e-13)
+
+
+# ---------------------------------------------------------------------------
+# The split f = base + r of step-like activations (SiLU, SiLU', softplus, gelu_tanh) at large K.
+# ---------------------------------------------------------------------------
+# The reference splits with the *kinked* base (no smoothing), written here independently of the package:
+# E[f g] = E[b b] + E[b(u) r(v)] + E[r(u) b(v)] + E[r r], b = alpha . (relu(h), relu(-h), 1{h>0}, 1{h<0}).
+# The first three are one-dimensional mpmath integrals at 30 digits (the conditional expectation of b
+# under a Gaussian written out: E relu(X) = m Phi(m/t) + t phi(m/t)); the last, whose size is at most
+# |r|_1^2 / (2 pi sqrt(K1 K2 (1 - rho^2))), is a tensor Gauss-Legendre sum in float64 over panels of
+# width 2 on [-60, 60]^2 (r < 1e-24 beyond), checked against a second order (agreement to 1e-16 of the
+# sum of |terms|). The split reference agrees with the plain nested two-dimensional mpmath integral
+# (test_split_reference_against_nested, slow).
+def _gelu_tanh_mp(u):
+    return u / 2 * (1 + mp.tanh(mp.sqrt(2 / mp.pi) * (u + mp.mpf(44715) / 10**6 * u**3)))
+
+
+MP_SPLIT = {   # name: (f in mpmath, alpha of its kinked asymptote), both derived by hand
+    "silu": (MP["silu"][0], (1, 0, 0, 0)),
+    "dsilu": (MP["dsilu"][0], (0, 0, 1, 0)),
+    "softplus": (lambda u: mp.log(1 + mp.exp(u)), (1, 0, 0, 0)),
+    "gelu_tanh": (_gelu_tanh_mp, (1, 0, 0, 0)),
+}
+SP_SPLIT = {"silu": SP["silu"], "dsilu": SP["dsilu"], "softplus": sp.log(1 + sp.exp(_x)),
+            "gelu_tanh": _x / 2 * (1 + sp.tanh(sp.sqrt(2 / sp.pi) * (_x + sp.Rational(44715, 10**6) * _x**3)))}
+
+
+def _kinked(al, u):
+    return al[0] * max(u, 0) + al[1] * max(-u, 0) + (al[2] if u > 0 else al[3] if u < 0 else (al[2] + al[3]) / 2)
+
+
+def _cond_kinked(al, m, t):
+    """E[b(X)], X ~ N(m, t^2)."""
+    P, Q, ph = mp.ncdf(m / t), mp.ncdf(-m / t), mp.npdf(m / t)
+    return al[0] * (m * P + t * ph) + al[1] * (t * ph - m * Q) + al[2] * P + al[3] * Q
+
+
+def _rr_float(rf, rg, K1, K2, K12, n=24, L=60.0):
+    edges = np.arange(-L, L + 1e-9, 2.0)
+    x, w = np.polynomial.legendre.leggauss(n)
+    u = ((edges[:-1, None] + edges[1:, None]) / 2 + x[None, :]).ravel()   # panels of width 2: half-width 1
+    wu = np.tile(w, edges.size - 1)
+    ru = np.array([float(rf(mp.mpf(t))) for t in u]) * wu
+    rv = np.array([float(rg(mp.mpf(t))) for t in u]) * wu
+    D = K1 * K2 - K12 * K12
+    Q = (K2 * u[:, None] ** 2 - 2 * K12 * u[:, None] * u[None, :] + K1 * u[None, :] ** 2) / (2 * D)
+    T = ru[:, None] * rv[None, :] * np.exp(-Q) / (2 * np.pi * np.sqrt(D))
+    return T.sum(), np.abs(T).sum()
+
+
+def _ref_split(name_f, name_g, K1, K2, rho):
+    (f, af), (g, ag) = MP_SPLIT[name_f], MP_SPLIT[name_g]
+    rf = lambda u: f(u) - _kinked(af, u)   # noqa: E731
+    rg = lambda v: g(v) - _kinked(ag, v)   # noqa: E731
+    K1, K2, rho = mp.mpf(K1), mp.mpf(K2), mp.mpf(rho)
+    s1, s2 = mp.sqrt(K1), mp.sqrt(K2)
+    K12 = rho * s1 * s2
+    gap = (1 - rho) * (1 + rho)
+    tv, tu = mp.sqrt(K2 * gap), mp.sqrt(K1 * gap)          # sd of v | u and of u | v
+    L = 60
+    wu = min(L / 2, abs(8 * tv * K1 / K12))                 # where E[b(v) | u] turns, in u
+    wv = min(L / 2, abs(8 * tu * K2 / K12))
+    bb = mp.quad(lambda u: _kinked(af, u) * mp.npdf(u, 0, s1) * _cond_kinked(ag, K12 / K1 * u, tv),
+                 [-mp.inf, -wu, 0, wu, mp.inf])
+    br = mp.quad(lambda v: rg(v) * mp.npdf(v, 0, s2) * _cond_kinked(af, K12 / K2 * v, tu), [-L, -wv, 0, wv, L])
+    rb = mp.quad(lambda u: rf(u) * mp.npdf(u, 0, s1) * _cond_kinked(ag, K12 / K1 * u, tv), [-L, -wu, 0, wu, L])
+    if min(tu, tv) >= 1:
+        rr, rr_abs = _rr_float(rf, rg, float(K1), float(K2), float(K12))
+        rr2, _ = _rr_float(rf, rg, float(K1), float(K2), float(K12), n=16)
+        assert abs(rr - rr2) <= 5e-15 * rr_abs + 1e-18, (rr, rr2)   # far below the 2e-14 * scale checked
+        return bb + br + rb + mp.mpf(rr)
+
+    # a narrow conditional density (the panels above would not resolve it): nested adaptive quadrature
+    def inner(u):
+        m = K12 / K1 * u
+        pts = [p for p in sorted({-L, 0, L, m - 10 * tv, m, m + 10 * tv}) if -L <= p <= L]
+        return mp.quad(lambda v: rg(v) * mp.npdf(v, m, tv), pts)
+
+    with mp.workdps(18):
+        rr = mp.quad(lambda u: rf(u) * mp.npdf(u, 0, s1) * inner(u), [-L, -1, 0, 1, L])
+    return bb + br + rb + rr
+
+
+def _split_moment(name_f, name_g):
+    f = numpy_function(sp.Lambda(_x, SP_SPLIT[name_f]))
+    if name_f == name_g:
+        return ProductMoment(f, f, (), (), same=True)
+    return ProductMoment(f, numpy_function(sp.Lambda(_x, SP_SPLIT[name_g])), (), ())
+
+
+def _scale_mp(name, K):
+    f = MP_SPLIT[name][0]
+    s = mp.sqrt(mp.mpf(K))
+    return mp.quad(lambda z: f(s * z) ** 2 * mp.npdf(z), [-mp.inf, -40 / s, -1 / s, 0, 1 / s, 40 / s, mp.inf])
+
+
+def _check_split(nf, ng, K1, K2, rho, via_split=True):
+    K12 = rho * np.sqrt(K1 * K2)
+    pm = _split_moment(nf, ng)
+    ref = _ref_split(nf, ng, K1, K2, rho)
+    scale = float(mp.sqrt(_scale_mp(nf, K1) * _scale_mp(ng, K2)))
+    vals = [pm(np.array([K1]), np.array([K2]), np.array([K12]))[0]]
+    if via_split:
+        # the split route itself (the full path above may settle the entry by the series)
+        out = np.full(1, np.nan)
+        assert pm._split(np.array([0]), np.array([K1]), np.array([K2]), np.array([K12]), out).size == 0
+        vals.append(out[0])
+    for v in vals:
+        assert abs(v - float(ref)) <= 2e-14 * scale, (nf, ng, K1, K2, rho, v, float(ref), (v - float(ref)) / scale)
+
+
+# base-pair closed forms: E[psi_p(u) psi_q(v)] for the four pieces psi = relu(h), relu(-h), 1{h>0}, 1{h<0},
+# against mpmath: the outer integral by quadrature, the inner E[psi_q(v) | u] from the conditional Gaussian
+# (itself checked against quadrature below)
+@pytest.mark.parametrize("K1, K2, rho", [(2.0, 3.0, 0.6), (0.7, 5.0, -0.8), (50.0, 40.0, 0.95)])
+def test_split_base_pair_closed_forms(K1, K2, rho):
+    from meanfield._gram_quadrature import _base_pair
+
+    s1, s2 = mp.sqrt(K1), mp.sqrt(K2)
+    K12 = rho * np.sqrt(K1 * K2)
+    tv = s2 * mp.sqrt(1 - mp.mpf(rho) ** 2)
+    for p in range(4):
+        for q in range(4):
+            e_p, e_q = np.eye(4)[p], np.eye(4)[q]
+            ref = mp.quad(lambda u: _kinked(e_p, u) * mp.npdf(u, 0, s1) * _cond_kinked(e_q, K12 / K1 * u, tv),
+                          [-mp.inf, 0, mp.inf])
+            got = _base_pair(K1, K2, K12, K1 * K2 - K12 * K12, e_p, e_q, 0.0)
+            assert abs(got - float(ref)) <= 1e-14 * max(1.0, abs(float(ref))), (p, q, got, float(ref))
+
+
+def test_conditional_kinked_base_against_quadrature():
+    for m, t in ((0.3, 0.7), (-2.0, 1.5), (40.0, 3.0)):
+        for p in range(4):
+            e = np.eye(4)[p]
+            ref = mp.quad(lambda x: _kinked(e, x) * mp.npdf(x, m, t),
+                          [-mp.inf] + sorted({0, m - 10 * t, m, m + 10 * t}) + [mp.inf])
+            assert abs(_cond_kinked(e, mp.mpf(m), mp.mpf(t)) - ref) <= mp.mpf(10) ** -25 * (1 + abs(ref))
+
+
+def test_split_asymptotes_and_cut():
+    from meanfield._gram_quadrature import _Split
+
+    expect = {"silu": (1, 0, 0, 0), "dsilu": (0, 0, 1, 0), "softplus": (1, 0, 0, 0), "gelu_tanh": (1, 0, 0, 0)}
+    for name, al in expect.items():
+        s = _Split.of(numpy_function(sp.Lambda(_x, SP_SPLIT[name])), ())
+        assert s is not None and np.array_equal(s.alpha, al), (name, s and s.alpha)
+        assert 8.0 <= s.L <= 45.0
+    # not asymptotically linear (x^2, sqrt growth), or approaching it too slowly (x / sqrt(1 + x^2)): no split
+    for e in (_x**2, sp.sqrt(1 + _x**2) + sp.log(1 + _x**2), _x / sp.sqrt(1 + _x**2)):
+        assert _Split.of(numpy_function(sp.Lambda(_x, e)), ()) is None, e
+    # kinks: the remainder would carry them
+    assert _Split.of(numpy_function(sp.Lambda(_x, _x)), (0.0,)) is None
+
+
+# a few fast cases; the full grid is slow (the mpmath references take ~5-30 s each)
+_SPLIT_FAST = [("silu", "silu", 100.0, 300.0, 0.9), ("dsilu", "dsilu", 1e4, 5e3, 0.999),
+               ("softplus", "softplus", 30.0, 20.0, -0.5), ("gelu_tanh", "gelu_tanh", 1e3, 800.0, 0.3),
+               ("silu", "dsilu", 200.0, 150.0, 0.9)]
+
+
+@pytest.mark.parametrize("nf, ng, K1, K2, rho", _SPLIT_FAST)
+def test_split_against_mpmath(nf, ng, K1, K2, rho):
+    _check_split(nf, ng, K1, K2, rho)
+
+
+# where both conditional standard deviations are >= 1 (the split route; the reference's float tensor sum)
+_GRID = ([(2.0, 3.0, r) for r in (-0.5, 0.3)] + [(100.0, 300.0, r) for r in (-0.99, -0.5, 0.3, 0.9)]
+         + [(1e4, 5e3, r) for r in (-0.99, -0.5, 0.3, 0.9, 0.999)])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["silu", "dsilu", "softplus", "gelu_tanh"])
+@pytest.mark.parametrize("K1, K2, rho", _GRID)
+def test_split_against_mpmath_grid(name, K1, K2, rho):
+    _check_split(name, name, K1, K2, rho)
+
+
+# below it (the conditional rule; the reference's nested adaptive rule for the remainders' product, ~1 min each)
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["silu", "dsilu"])
+@pytest.mark.parametrize("K1, K2, rho", [(1.0, 2.0, 0.9), (1.0, 2.0, -0.99), (100.0, 300.0, 0.999)])
+def test_split_activations_narrow_against_mpmath(name, K1, K2, rho):
+    _check_split(name, name, K1, K2, rho, via_split=False)
+
+
+@pytest.mark.parametrize("name", ["silu", "dsilu", "softplus", "gelu_tanh"])
+@pytest.mark.parametrize("K", [1.0, 100.0, 1e4])
+def test_split_activations_near_parallel(name, K):
+    # rho = 1 - 1e-9: below the split's reach (sigma < 1 up to K = 5e8); the conditional rule, against the
+    # Price expansion at rho = 1 to second order, sum_n (rho - 1)^n / n! (s1 s2)^n E[f^(n)(s1 z) f^(n)(s2 z)]
+    # (the third term is below (1e-9 * 1.5e4)^3 / 6 E[f'''^2] ~ 1e-15 of the scale)
+    f, _ = MP_SPLIT[name]
+    s1, s2 = mp.sqrt(mp.mpf(K)), mp.sqrt(mp.mpf(1.5 * K))
+    rho = 1 - 1e-9
+    pts = [-mp.inf, -40 / s1, -1 / s1, 0, 1 / s1, 40 / s1, mp.inf]
+    ref = mp.mpf(0)
+    for n in range(3):
+        dn = (lambda u, n=n: mp.diff(f, u, n)) if n else f
+        ref += ((mp.mpf(rho) - 1) * s1 * s2) ** n / mp.factorial(n) * mp.quad(
+            lambda z: dn(s1 * z) * dn(s2 * z) * mp.npdf(z), pts)
+    pm = _split_moment(name, name)
+    v = pm(np.array([K]), np.array([1.5 * K]), np.array([rho * np.sqrt(1.5) * K]))[0]
+    scale = float(mp.sqrt(_scale_mp(name, K) * _scale_mp(name, 1.5 * K)))
+    assert abs(v - float(ref)) <= 2e-14 * scale, (v, float(ref), (v - float(ref)) / scale)
+
+
+@pytest.mark.slow
+def test_split_reference_against_nested():
+    """The split reference against the plain nested integral E_u[f(u) E[g(v) | u]] in mpmath (SiLU, K = 100)."""
+    mp.mp.dps = 20
+    try:
+        f = MP_SPLIT["silu"][0]
+        K, rho = mp.mpf(100), mp.mpf("0.9")
+        s = mp.sqrt(K)
+        sig = s * mp.sqrt(1 - rho**2)
+
+        def inner(u):
+            m = rho * u
+            pts = sorted({m - 12 * sig, -30, -8, -2, 0, 2, 8, 30, m + 12 * sig})
+            return mp.quad(lambda v: f(v) * mp.npdf(v, m, sig), [p for p in pts if m - 12 * sig <= p <= m + 12 * sig])
+
+        ref = mp.quad(lambda u: f(u) * mp.npdf(u, 0, s) * inner(u), [-12 * s, -30, -8, -2, 0, 2, 8, 30, 12 * s])
+        assert abs(_ref_split("silu", "silu", 100.0, 100.0, 0.9) - ref) <= 1e-16 * abs(ref)
+    finally:
+        mp.mp.dps = 30
+
+
+@pytest.mark.slow
+def test_gram_silu_growing_phase_against_mpmath_recursion(monkeypatch):
+    """SiLU at sigma_w = 1.5 (the growing phase: K ~ 10 -> ~100 over 20 layers, rho -> ~0.9), NNGP at depth 20,
+    against the pair-by-pair recursion K' = sigma_w^2 E[phi(u) phi(v)] + sigma_b^2 in mpmath (diagonal: the
+    one-dimensional integral; off-diagonal: the split reference above, kinked base), and the split route
+    exercised on the way."""
+    from meanfield import _gram_quadrature as gq
+
+    settled = []
+    orig = gq.ProductMoment._split
+
+    def spy(self, pend, *a):
+        left = orig(self, pend, *a)
+        settled.append(pend.size - left.size)
+        return left
+
+    monkeypatch.setattr(gq.ProductMoment, "_split", spy)
+    rng = np.random.default_rng(3)
+    d = 8
+    x = rng.standard_normal((3, d))
+    x[1] = x[0] + 0.4 * rng.standard_normal(d)      # rho ~ 0.9 at the input: the split from layer ~9 on
+    x *= np.array([[3.0], [2.6], [1.0]]) * np.sqrt(d) / np.linalg.norm(x, axis=1, keepdims=True)
+    sw, sb, depth = 1.5, 0.1, 20
+    r = mf.kernels("silu", x, depth=depth, sigma_w=sw, sigma_b=sb, get="nngp")
+    assert sum(settled) >= 5
+    mp.mp.dps = 20
+    try:
+        K = [[sw**2 * mp.fsum(mp.mpf(a) * mp.mpf(b) for a, b in zip(x[i], x[j])) / d + sb**2 for j in range(3)]
+             for i in range(3)]
+        for _ in range(depth - 1):
+            diag = [sw**2 * _scale_mp("silu", K[i][i]) + sb**2 for i in range(3)]
+            off = {}
+            for i, j in ((0, 1),):
+                rho = K[i][j] / mp.sqrt(K[i][i] * K[j][j])
+                off[i, j] = sw**2 * _ref_split("silu", "silu", K[i][i], K[j][j], rho) + sb**2
+            for i in range(3):
+                K[i][i] = diag[i]
+            for (i, j), v in off.items():
+                K[i][j] = K[j][i] = v
+    finally:
+        mp.mp.dps = 30
+    assert float(K[0][0]) > 50 and float(K[0][1] / mp.sqrt(K[0][0] * K[1][1])) > 0.8   # the regime meant
+    for i, j in ((0, 0), (1, 1), (0, 1)):
+        assert abs(r.nngp[i, j] - float(K[i][j])) <= 1e-12 * float(mp.sqrt(K[i][i] * K[j][j])), \
+            (i, j, r.nngp[i, j], float(K[i][j]))
