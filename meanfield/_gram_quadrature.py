@@ -540,8 +540,8 @@ _SPLIT_TAU = 1.0
 #: ... and where |K12| L_f L_g / D (the exponent of the factorised density) stays below this
 _SPLIT_EXP = 600.0
 #: the asymptotes are checked out to |h| = this (K <= _SPLIT_KMAX: 10 standard deviations)
-_SPLIT_HMAX = 1.0e4
-_SPLIT_KMAX = 1.0e6
+_SPLIT_HMAX = 1.0e16
+_SPLIT_KMAX = 1.0e30
 _ISQ2PI = 0.3989422804014327
 _SQ2 = 1.4142135623730951
 
@@ -578,7 +578,7 @@ class _Split:
     def of(cls, f, cuts):
         """The split of f, or None where f is not (to rounding) linear plus an exponentially small part on
         each side. The slopes and constants are read off f at h = +-100, +-200 and then checked: |f - base|
-        must be at the rounding level of f (8 eps (|a h| + |c| + 1)) on every sampled |h| in [L, 1e4],
+        must be at the rounding level of f (8 eps (|a h| + |c| + 1)) on every sampled |h| in [L, 1e16],
         with L <= 60 the first such point; f must have no breakpoints (its kinks would be r's)."""
         if np.asarray(cuts).size:
             return None

@@ -437,7 +437,7 @@ def _nested_source(suffix: str, integrand: str, jit: str) -> str:
 
 
 _softplus = sp.Function("_softplus")
-from sympy.codegen.rewriting import expm1_opt as _expm1_opt, log1p_opt as _log1p_opt, optimize as _optimize  # noqa: E402
+from sympy.codegen.cfunctions import expm1 as _expm1, log1p as _log1p  # noqa: E402
 
 
 def _stable(expr):
@@ -474,8 +474,25 @@ def _stable(expr):
     # in SiLU's phi'^2, where inf * 0 = NaN at x = -800 otherwise
     out = sp.powsimp(out, combine="exp", deep=True)
     # exp(a) - 1 (ELU, SELU) as expm1(a) and log(1 + a) as log1p(a): the plain forms lose every digit
-    # of a at |a| ~ 1e-16, where small K puts the nodes (ELU's Gram diagonal was 2.6e-10 off at K = 1e-7)
-    return _optimize(out, [_expm1_opt, _log1p_opt])
+    # of a at |a| ~ 1e-16, where small K puts the nodes (ELU's Gram diagonal was 2.6e-10 off at K = 1e-7).
+    # Node by node: sympy's codegen optimize() refactors the whole tree and split SiLU''s merged
+    # exponentials again (exp(800) * exp(-800) = inf * 0).
+    return out.replace(lambda e: isinstance(e, (sp.Add, sp.log)), _to_expm1_log1p)
+
+
+def _to_expm1_log1p(e):
+    """c exp(a) - c + rest -> c expm1(a) + rest; log(1 + a) -> log1p(a); anything else unchanged."""
+    if isinstance(e, sp.log):
+        const, rest = e.args[0].as_coeff_Add()
+        return _log1p(rest) if const == 1 and rest != 0 else e
+    const, rest = e.as_coeff_Add()
+    if const == 0:
+        return e
+    for term in sp.Add.make_args(rest):
+        c, m = term.as_coeff_Mul()
+        if isinstance(m, sp.exp) and c == -const:
+            return c * _expm1(m.args[0]) + (rest - term)
+    return e
 
 
 def _rule_digest() -> str:

@@ -563,3 +563,13 @@ def test_gram_silu_growing_phase_against_mpmath_recursion(monkeypatch):
     for i, j in ((0, 0), (1, 1), (0, 1)):
         assert abs(r.nngp[i, j] - float(K[i][j])) <= 1e-12 * float(mp.sqrt(K[i][i] * K[j][j])), \
             (i, j, r.nngp[i, j], float(K[i][j]))
+
+
+# far in the growing phase (SiLU at sigma_w = 2.5 reaches K ~ 1e14 by depth 30): the split's asymptote
+# check runs to |h| = 1e16, so it serves K up to 1e30 (it stopped at 1e6, and such entries went one by one
+# to the nested engine: n = 10 at depth 30 took minutes)
+@pytest.mark.parametrize("nf, ng, K1, K2, rho", [("silu", "silu", 1e8, 3e8, 0.9),
+                                                  ("dsilu", "dsilu", 1e12, 5e11, 0.97),
+                                                  ("gelu_tanh", "gelu_tanh", 1e16, 2e16, 0.3)])
+def test_split_against_mpmath_huge_K(nf, ng, K1, K2, rho):
+    _check_split(nf, ng, K1, K2, rho)

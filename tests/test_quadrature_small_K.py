@@ -125,3 +125,27 @@ def test_user_activation_with_log1p_at_small_K(K0):
         s = mp.sqrt(mp.mpf(K0))
         ref = mp.quad(lambda z: mp.log1p((s * z) ** 2) ** 2 * _npdf(z), [-mp.inf, -8, 0, 8, mp.inf])
     assert abs(p.K[-1] - ref) <= 1e-14 * ref, (float(p.K[-1]), float(ref))
+
+
+@pytest.mark.parametrize("name", ["silu", "softplus", "gelu_tanh", "elu", "selu"])
+def test_stable_forms_stay_finite_at_large_h(name):
+    """The printed forms of phi and phi' (numeric._stable) are finite at |h| = 800 .. 1e9 in float64, so the
+    quadratures never need the mpmath fallback there (the expm1 rewrite must not undo the merged
+    exponentials: a whole-tree codegen optimize() split SiLU''s exp(-x - 2 softplus(-x)) into
+    exp(-x) exp(-softplus(-x)), inf * 0 at x = -800). Values against mpmath at 30 digits."""
+    from meanfield.activations import activation
+    from meanfield.gaussian import _softplus_np
+    from meanfield.numeric import _stable
+
+    e = activation(name).expr
+    h = np.array([-1e9, -1e3, -800.0, -30.0, 30.0, 800.0, 1e3, 1e9])
+    for expr in (e, sp.diff(e, X)):
+        fast = sp.lambdify(X, _stable(expr), modules=[{"_softplus": _softplus_np}, "numpy", "scipy"])
+        with np.errstate(all="ignore"):
+            got = np.asarray(fast(h), dtype=float)
+        assert np.all(np.isfinite(got)), (name, expr, got)
+        slow = sp.lambdify(X, expr, modules="mpmath")
+        with mp.workdps(30):
+            for v, g in zip(h, got):
+                ref = slow(mp.mpf(v))
+                assert abs(g - ref) <= 1e-15 * (1 + abs(ref)), (name, v, g, ref)
