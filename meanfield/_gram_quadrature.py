@@ -664,24 +664,24 @@ def _base_pair(k1, k2, k12, D, af, ag, s0sq):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
+def _split_cross_one(ka, kb, k12, D, al, s0sq, x, w):
+    """E[r(x) b_s(y)] on one trapezoid grid (x, weights w = h r): x ~ N(0, ka), y + s0 z | x ~
+    N(k12 x / ka, D / ka + s0^2) (kb enters through D = ka kb - k12^2)."""
+    t = math.sqrt(D / ka + s0sq)
+    mu = k12 / ka
+    c = _ISQ2PI / math.sqrt(ka)
+    out = 0.0
+    for i in range(x.size):
+        if w[i] != 0.0:
+            out += w[i] * c * math.exp(-0.5 * x[i] * x[i] / ka) * _cond_base(al, mu * x[i], t)
+    return out
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
 def _split_cross(k1, k2, k12, D, af, ag, s0sq, u, wf, v, wg):
     """E[bf_s(u) rg(v)] + E[rf(u) bg_s(v)] on one pair of trapezoid grids (u, weights wf = h rf; v, wg = h rg)."""
-    # E[rf(u) bg_s(v)]: u ~ N(0, k1), v + s0 w | u ~ N(k12 u / k1, D / k1 + s0^2)
-    t = math.sqrt(D / k1 + s0sq)
-    mu = k12 / k1
-    c = _ISQ2PI / math.sqrt(k1)
-    t3 = 0.0
-    for i in range(u.size):
-        if wf[i] != 0.0:
-            t3 += wf[i] * c * math.exp(-0.5 * u[i] * u[i] / k1) * _cond_base(ag, mu * u[i], t)
-    t = math.sqrt(D / k2 + s0sq)
-    mu = k12 / k2
-    c = _ISQ2PI / math.sqrt(k2)
-    t2 = 0.0
-    for j in range(v.size):
-        if wg[j] != 0.0:
-            t2 += wg[j] * c * math.exp(-0.5 * v[j] * v[j] / k2) * _cond_base(af, mu * v[j], t)
-    return t2 + t3
+    return (_split_cross_one(k2, k1, k12, D, af, s0sq, v, wg)
+            + _split_cross_one(k1, k2, k12, D, ag, s0sq, u, wf))
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
