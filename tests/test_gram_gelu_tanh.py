@@ -4,7 +4,7 @@ inside the integrands, which are evaluated without that namespace.
 
 References, sharing no code with the package: the diagonal E[g(u)^2] by 25-digit mpmath quadrature; the
 entries between inputs by a tensor Gauss-Hermite rule in numpy on the Cholesky factor of the pair
-(g is entire and the variances O(1), so the rule converges exponentially; 120 and 160 nodes per axis must
+(g is entire and the variances O(1), so the rule converges exponentially; 200 and 240 nodes per axis must
 agree to 4e-15 of the sum of |terms|).
 """
 import mpmath as mp
@@ -53,7 +53,7 @@ def test_gelu_tanh_gram_against_independent_quadrature():
             assert abs(k.nngp[i, i] - ref) <= 1e-14 * ref, (i, float(k.nngp[i, i]), float(ref))
     K1 = 1.44 * (X @ X.T) / 6 + 0.09
     for i, j in [(0, 1), (0, 2), (1, 2)]:
-        (v, a), (v2, _) = (_pair(K1[i, i], K1[j, j], K1[i, j], n) for n in (160, 120))
+        (v, a), (v2, _) = (_pair(K1[i, i], K1[j, j], K1[i, j], n) for n in (240, 200))
         assert abs(v - v2) <= 4e-15 * a, (v, v2)   # rounding of 160^2 terms; far below the 1e-14 tested
         ref = 1.44 * v + 0.09
         scale = np.sqrt(k.nngp[i, i] * k.nngp[j, j])
