@@ -73,6 +73,7 @@ from pathlib import Path
 
 import numpy as np
 import sympy as sp
+from sympy.codegen.cfunctions import expm1 as _expm1, log1p as _log1p
 from sympy.core.function import AppliedUndef
 from sympy.printing.numpy import SciPyPrinter
 from sympy.printing.pycode import PythonCodePrinter
@@ -437,7 +438,6 @@ def _nested_source(suffix: str, integrand: str, jit: str) -> str:
 
 
 _softplus = sp.Function("_softplus")
-from sympy.codegen.cfunctions import expm1 as _expm1, log1p as _log1p  # noqa: E402
 
 
 def _stable(expr):
@@ -448,6 +448,9 @@ def _stable(expr):
     so softplus, SiLU and their derivatives stay finite at |h| ~ 1e3 - 1e4,
     where large K puts the quadrature nodes (the numpy path recomputes such
     values with mpmath instead; see meanfield.gaussian.numpy_function).
+    Then c exp(a) - c becomes c expm1(a) and log(1 + a) log1p(a), so that
+    ELU-like activations keep their digits at |h| ~ 1e-8, where small K puts
+    the nodes.
     """
     def one_plus_exp(e):
         if isinstance(e, sp.Add) and len(e.args) == 2 and sp.S.One in e.args:
@@ -475,8 +478,8 @@ def _stable(expr):
     out = sp.powsimp(out, combine="exp", deep=True)
     # exp(a) - 1 (ELU, SELU) as expm1(a) and log(1 + a) as log1p(a): the plain forms lose every digit
     # of a at |a| ~ 1e-16, where small K puts the nodes (ELU's Gram diagonal was 2.6e-10 off at K = 1e-7).
-    # Node by node: sympy's codegen optimize() refactors the whole tree and split SiLU''s merged
-    # exponentials again (exp(800) * exp(-800) = inf * 0).
+    # Node by node: sympy's codegen optimize() refactors the whole tree, and it split the merged
+    # exponentials of SiLU's derivative again (exp(800) * exp(-800) = inf * 0).
     return out.replace(lambda e: isinstance(e, (sp.Add, sp.log)), _to_expm1_log1p)
 
 

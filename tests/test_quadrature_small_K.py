@@ -131,7 +131,7 @@ def test_user_activation_with_log1p_at_small_K(K0):
 def test_stable_forms_stay_finite_at_large_h(name):
     """The printed forms of phi and phi' (numeric._stable) are finite at |h| = 800 .. 1e9 in float64, so the
     quadratures never need the mpmath fallback there (the expm1 rewrite must not undo the merged
-    exponentials: a whole-tree codegen optimize() split SiLU''s exp(-x - 2 softplus(-x)) into
+    exponentials: a whole-tree codegen optimize() split the SiLU derivative's exp(-x - 2 softplus(-x)) into
     exp(-x) exp(-softplus(-x)), inf * 0 at x = -800). Values against mpmath at 30 digits."""
     from meanfield.activations import activation
     from meanfield.gaussian import _softplus_np
