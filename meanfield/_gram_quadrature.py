@@ -741,6 +741,230 @@ def _split_sum(k1, k2, k12, af, ag, s0sq, g1, g2, out, err):
 
 
 # ---------------------------------------------------------------------------
+# The split at a breakpoint: f = kinked base + exponential remainder (ELU, SELU, their derivatives).
+# ---------------------------------------------------------------------------
+#: Gauss-Kronrod 7-15 on [-1, 1] (the nodes and weights of QUADPACK's qk15; recomputed here in 50-digit
+#: mpmath from the Stieltjes polynomial, and tests/test_gram_elu_split.py checks the degrees of exactness)
+_K15_X = np.array([
+    -0.9914553711208126392068546975263285, -0.9491079123427585245261896840478513,
+    -0.8648644233597690727897127886409262, -0.7415311855993944398638647732807884,
+    -0.5860872354676911302941448382587296, -0.4058451513773971669066064120769615,
+    -0.2077849550078984676006894037732449, 0.0,
+    0.2077849550078984676006894037732449, 0.4058451513773971669066064120769615,
+    0.5860872354676911302941448382587296, 0.7415311855993944398638647732807884,
+    0.8648644233597690727897127886409262, 0.9491079123427585245261896840478513,
+    0.9914553711208126392068546975263285])
+_K15_W = np.array([
+    0.02293532201052922496373200805896959, 0.06309209262997855329070066318920429,
+    0.104790010322250183839876322541518, 0.1406532597155259187451895905102379,
+    0.1690047266392679028265834265985503, 0.1903505780647854099132564024210137,
+    0.2044329400752988924141619992346491, 0.2094821410847278280129991748917143,
+    0.2044329400752988924141619992346491, 0.1903505780647854099132564024210137,
+    0.1690047266392679028265834265985503, 0.1406532597155259187451895905102379,
+    0.104790010322250183839876322541518, 0.06309209262997855329070066318920429,
+    0.02293532201052922496373200805896959])
+#: panel widths (in units of 1 / max(1, lambda_f, lambda_g)) compared in turn: (8 against 4), (4 against 2), (2 against 1)
+_EXP_WIDTHS = np.array([8.0, 4.0, 2.0, 1.0])
+#: the exponential split is used where both conditional standard deviations are at least this
+_EXP_TAU = 1.0
+_SQPI = 1.7724538509055160
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _erfcx(x):
+    """exp(x^2) erfc(x) for x >= 0: the product below 2.5 (exp(x^2) then has relative error <= 6.25 eps),
+    Laplace's continued fraction 1 / (x + (1/2) / (x + (2/2) / (x + ...))) / sqrt(pi) above (40 terms:
+    2e-16 relative at x = 2.5, checked against mpmath)."""
+    if x < 2.5:
+        return math.exp(x * x) * math.erfc(x)
+    f = x
+    for k in range(40, 0, -1):
+        f = x + 0.5 * k / f
+    return 1.0 / (_SQPI * f)
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _cond_exp(re, m, t):
+    """E[r(X)], X ~ N(m, t^2) (t > 0), r(x) = A- exp(lam- x) 1{x<0} + A+ exp(-lam+ x) 1{x>0},
+    re = (A-, lam-, A+, lam+):
+
+        E[A exp(lam X) 1{X<0}] = A exp(lam m + lam^2 t^2 / 2) Phi(-z),  z = (m + lam t^2) / t,
+
+    as A exp(lam t z - lam^2 t^2 / 2) Phi(-z) for z <= 0 and A exp(-m^2 / (2 t^2)) erfcx(z / sqrt 2) / 2
+    for z > 0 (no overflow at any K); the x > 0 part is the same with m -> -m."""
+    out = 0.0
+    for s in range(2):
+        A = re[2 * s]
+        lam = re[2 * s + 1]
+        if A == 0.0:
+            continue
+        mm = m if s == 0 else -m
+        z = (mm + lam * t * t) / t
+        if z <= 0.0:
+            out += A * math.exp(lam * t * z - 0.5 * lam * lam * t * t) * 0.5 * math.erfc(z / _SQ2)
+        else:
+            q = mm / t
+            out += A * math.exp(-0.5 * q * q) * 0.5 * _erfcx(z / _SQ2)
+    return out
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _exp_side(A, lam, sgn, width, npan, ka, c, D, al, re, with_r, X, W):
+    """K15 sum over npan panels of the given width along sgn * [0, npan width] of
+    A exp(-lam |x|) phi(x; 0, ka) (E[b(Y) | x] + with_r E[r(Y) | x]),  Y | x ~ N(c x / ka, D / ka)."""
+    t = math.sqrt(D / ka)
+    mu = c / ka
+    cn = _ISQ2PI / math.sqrt(ka)
+    half = 0.5 * width
+    out = 0.0
+    for p in range(npan):
+        mid = (p + 0.5) * width
+        acc = 0.0
+        for i in range(X.size):
+            y = mid + half * X[i]
+            x = sgn * y
+            v = _cond_base(al, mu * x, t)
+            if with_r:
+                v += _cond_exp(re, mu * x, t)
+            acc += W[i] * math.exp(-lam * y - 0.5 * x * x / ka) * v
+        out += half * acc
+    return A * cn * out
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _exp_tail_panels(A, lam, ka, c, D, al, re, with_r, H, tol):
+    """The number of panels of width H (the coarsest) after which the rest of the half-line integral of
+    :func:`_exp_side` is below tol: |integrand| <= A exp(-lam y) (P + Q y) / sqrt(2 pi ka), with
+    |E relu(+-Y)| <= |m| + t / sqrt(2 pi) (m = c x / ka), |E r(Y)| <= A-_g + A+_g; so the tail from Y0 is at
+    most A exp(-lam Y0) (P / lam + Q (Y0 / lam + 1 / lam^2)) / sqrt(2 pi ka). Returns (panels, bound)."""
+    t = math.sqrt(D / ka)
+    P = (abs(al[0]) + abs(al[1])) * _ISQ2PI * t + abs(al[2]) + abs(al[3])
+    if with_r:
+        P += abs(re[0]) + abs(re[2])
+    Q = (abs(al[0]) + abs(al[1])) * abs(c) / ka
+    cn = abs(A) * _ISQ2PI / math.sqrt(ka)
+    n = 0
+    while True:
+        Y0 = n * H
+        bound = cn * math.exp(-lam * Y0) * (P / lam + Q * (Y0 / lam + 1.0 / (lam * lam)))
+        if bound <= tol or n >= 200:
+            return n, bound
+        n += 1
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _exp_split_sum(k1, k2, k12, af, ag, rf, rg, unit, widths, tol, X, W, out, err):
+    """E[f(u) g(v)] per entry, f = bf + rf and g = bg + rg with b the kinked asymptote
+    al . (relu(h), relu(-h), 1{h>0}, 1{h<0}) and r = (A-, lam-, A+, lam+) the exponential remainder:
+
+        E[f g] = E[bf bg] + E[rf(u) (bg + rg)(v)] + E[bf(u) rg(v)]      (ka >= kb; else f <-> g)
+
+    E[bf bg] in closed form (:func:`_base_pair`, no smoothing), the other two one-dimensional over the
+    half-lines where r is nonzero, with the conditional expectations in closed form (:func:`_cond_base`,
+    :func:`_cond_exp`): the larger variance is integrated over, so the exponential conditional's rate in it,
+    lam |K12| / ka, is at most lam. Gauss-Kronrod 15 on panels from the breakpoint 0 outwards (the jump
+    of r sits on a panel edge), at the panel widths ``widths`` * unit in turn: an entry takes the finer of
+    two consecutive widths where the two differ (both integrals, plus the bounds of the tails cut) by at
+    most tol[p]. err[p]: that difference (inf where no pair of widths passed)."""
+    for p in range(k1.size):
+        a = k1[p]
+        b = k2[p]
+        c = k12[p]
+        D = a * b - c * c
+        base = _base_pair(a, b, c, D, af, ag, 0.0)
+        rf_out = a >= b       # the exponential conditional goes with the integral over the larger variance
+        tl = 1e-3 * tol[p]
+        # tails: each side of each integral, cut where its bound is below tol / 1000
+        np_ = np.zeros(4, dtype=np.int64)
+        tail = 0.0
+        H0 = widths[0] * unit
+        for s in range(2):
+            if rf[2 * s] != 0.0:
+                n, bd = _exp_tail_panels(rf[2 * s], rf[2 * s + 1], a, c, D, ag, rg, rf_out, H0, tl)
+                np_[s] = n
+                tail += bd
+            if rg[2 * s] != 0.0:
+                n, bd = _exp_tail_panels(rg[2 * s], rg[2 * s + 1], b, c, D, af, rf, not rf_out, H0, tl)
+                np_[2 + s] = n
+                tail += bd
+        prev = 0.0
+        out[p] = np.nan
+        err[p] = np.inf
+        for lv in range(widths.size):
+            H = widths[lv] * unit
+            k = int(round(widths[0] / widths[lv]))
+            val = 0.0
+            for s in range(2):
+                sgn = -1.0 if s == 0 else 1.0
+                if rf[2 * s] != 0.0 and np_[s] > 0:
+                    val += _exp_side(rf[2 * s], rf[2 * s + 1], sgn, H, np_[s] * k, a, c, D, ag, rg, rf_out, X, W)
+                if rg[2 * s] != 0.0 and np_[2 + s] > 0:
+                    val += _exp_side(rg[2 * s], rg[2 * s + 1], sgn, H, np_[2 + s] * k, b, c, D, af, rf, not rf_out,
+                                     X, W)
+            if lv > 0:
+                e = abs(val - prev) + tail
+                if e <= tol[p]:
+                    out[p] = base + val
+                    err[p] = e
+                    break
+            prev = val
+    return 0
+
+
+class _ExpSplit:
+    """f = b + r at a single breakpoint h = 0: b the kinked asymptote alpha . (relu(h), relu(-h), 1{h>0},
+    1{h<0}) and r(h) = A- exp(lam- h) 1{h<0} + A+ exp(-lam+ h) 1{h>0} (lam > 0; A = 0 on a side where f is
+    exactly linear). ELU: alpha = (1, 0, 0, -a), r = a e^h 1{h<0}; its derivative: alpha = (0, 0, 1, 0),
+    r = a e^h 1{h<0}; SELU the same times lambda. ``rexp`` = (A-, lam-, A+, lam+)."""
+
+    def __init__(self, alpha, rexp):
+        self.alpha = np.asarray(alpha, dtype=np.float64)
+        self.rexp = np.asarray(rexp, dtype=np.float64)
+
+    @classmethod
+    def of(cls, f, cuts):
+        """The split of f, or None. f must have exactly one breakpoint, at 0; the slopes and constants of
+        its asymptotes are read off at h = +-100, +-200, each side's remainder r = f - b is fitted as
+        A exp(-lam |h|) from h = +-1/4, +-1/2 (or is 0), and the whole form is then checked: |f - b - r|
+        must be at the rounding level of f, 8 eps (|a h| + |c| + |A| + 1), on every sampled |h| in
+        (0, 1e16]."""
+        cuts = np.asarray(cuts, dtype=np.float64).ravel()
+        if not (cuts.size == 1 and cuts[0] == 0.0):
+            return None
+
+        def snap(v):
+            return float(np.round(v)) if abs(v - np.round(v)) <= 1e-12 * (1 + abs(v)) else float(v)
+
+        with np.errstate(all="ignore"):
+            H = np.array([100.0, 200.0])
+            fp, fm = f(H), f(-H)
+            if not (np.all(np.isfinite(fp)) and np.all(np.isfinite(fm))):
+                return None
+            ap, am = snap((fp[1] - fp[0]) / 100.0), snap((fm[0] - fm[1]) / 100.0)
+            cp, cm = snap(fp[0] - 100.0 * ap), snap(fm[0] + 100.0 * am)
+            alpha = np.array([ap, -am, cp, cm])
+            h = np.concatenate([np.arange(1.0 / 64, 60.0, 1.0 / 64), np.geomspace(60.0, _SPLIT_HMAX, 4000)])
+            rexp = np.zeros(4)
+            for s, (sgn, a, c) in enumerate(((-1.0, am, cm), (1.0, ap, cp))):
+                q = f(sgn * np.array([0.25, 0.5])) - _base(alpha, sgn * np.array([0.25, 0.5]))
+                floor = 8.0 * _EPS * (abs(a) + abs(c) + 1.0)
+                if np.all(np.abs(q) <= floor):
+                    A, lam = 0.0, 1.0
+                else:
+                    lam = snap(4.0 * np.log(q[0] / q[1]))
+                    A = snap(q[0] * np.exp(0.25 * lam))
+                    if not (np.isfinite(lam) and lam > 0 and np.isfinite(A)):
+                        return None
+                dev = f(sgn * h) - _base(alpha, sgn * h) - A * np.exp(-lam * h)
+                if not np.all(np.abs(dev) <= 8.0 * _EPS * (np.abs(a * h) + abs(c) + abs(A) + 1.0)):
+                    return None
+                rexp[2 * s], rexp[2 * s + 1] = A, lam
+        if rexp[0] == 0.0 and rexp[2] == 0.0:
+            return None     # piecewise linear: the closed forms of the ReLU family
+        return cls(alpha, rexp)
+
+
+# ---------------------------------------------------------------------------
 # E[f(u) g(v)] over arrays.
 # ---------------------------------------------------------------------------
 class ProductMoment:
@@ -955,7 +1179,7 @@ class ProductMoment:
         returned."""
         sp_ = self._splits()
         if sp_ is None:
-            return pend
+            return self._exp_split(pend, k1, k2, k12, out)
         sf, sg = sp_
         a, b, c = k1[pend], k2[pend], k12[pend]
         if self.same:
@@ -990,6 +1214,50 @@ class ProductMoment:
             out[pend[sel[good]]] = val[good]
             done[sel[good]] = True
             sel, scale = sel[~good], scale[~good]
+        return pend[~done]
+
+    def _exp_splits(self):
+        if not hasattr(self, "_exp_split_fg"):
+            sf = _ExpSplit.of(self.f, self.cuts_f)
+            sg = sf if self.same else _ExpSplit.of(self.g, self.cuts_g)
+            self._exp_split_fg = (sf, sg) if sf is not None and sg is not None else None
+        return self._exp_split_fg
+
+    def _exp_split(self, pend, k1, k2, k12, out):
+        """The entries the series leaves, where f and g have one breakpoint, at 0, and are linear plus an
+        exponential on each side (ELU, SELU and their derivatives; :class:`_ExpSplit`), and both conditional
+        standard deviations are >= 1: E[bf bg] in closed form and two one-dimensional integrals over the
+        remainders' half-lines with closed-form conditional expectations (:func:`_exp_split_sum`), each on
+        Gauss-Kronrod panels with edges at the breakpoint, two panel widths compared per entry; accepted
+        where they agree to TOL of sqrt(E f^2 E g^2). The others are returned."""
+        sp_ = self._exp_splits()
+        if sp_ is None:
+            return pend
+        sf, sg = sp_
+        a, b, c = k1[pend], k2[pend], k12[pend]
+        if self.same:
+            swap = b < a
+            a, b = np.where(swap, b, a), np.where(swap, a, b)
+        with np.errstate(all="ignore"):
+            tau = np.sqrt((a * b - c * c) / np.maximum(a, b))
+            ok = (a > 0) & (b > 0) & (a <= _SPLIT_KMAX) & (b <= _SPLIT_KMAX) & (tau >= _EXP_TAU)
+        sel = np.nonzero(ok)[0]
+        if sel.size == 0:
+            return pend
+        ua, ia = np.unique(a[sel], return_inverse=True)
+        ub, ib = np.unique(b[sel], return_inverse=True)
+        h0 = LEVELS[0][1]
+        ef = _one_point(self.f, self.f, self.cuts_f, ua, h0)
+        eg = ef if (self.same and np.array_equal(ua, ub)) else _one_point(self.g, self.g, self.cuts_g, ub, h0)
+        tol = TOL * np.sqrt(np.abs(ef[ia] * eg[ib]))
+        lam = max(1.0, sf.rexp[1], sf.rexp[3], sg.rexp[1], sg.rexp[3])
+        val, err = np.empty(sel.size), np.empty(sel.size)
+        _exp_split_sum(np.ascontiguousarray(a[sel]), np.ascontiguousarray(b[sel]), np.ascontiguousarray(c[sel]),
+                       sf.alpha, sg.alpha, sf.rexp, sg.rexp, 1.0 / lam, _EXP_WIDTHS, tol, _K15_X, _K15_W, val, err)
+        good = (err <= tol) & np.isfinite(val)
+        out[pend[sel[good]]] = val[good]
+        done = np.zeros(pend.size, dtype=bool)
+        done[sel[good]] = True
         return pend[~done]
 
     def _conditional(self, pend, k1, k2, k12, out):
