@@ -763,6 +763,12 @@ _K15_W = np.array([
     0.1690047266392679028265834265985503, 0.1406532597155259187451895905102379,
     0.104790010322250183839876322541518, 0.06309209262997855329070066318920429,
     0.02293532201052922496373200805896959])
+#: the Gauss 7 weights on the same nodes (0 on the Kronrod ones)
+_G7_W = np.zeros(15)
+_G7_W[[1, 3, 5, 7, 9, 11, 13]] = (0.129484966168869693270611432679082, 0.2797053914892766679014677714237796,
+                                  0.3818300505051189449503697754889751, 0.4179591836734693877551020408163265,
+                                  0.3818300505051189449503697754889751, 0.2797053914892766679014677714237796,
+                                  0.129484966168869693270611432679082)
 #: panel widths (in units of 1 / max(1, lambda_f, lambda_g)) compared in turn: (8 against 4), (4 against 2), (2 against 1)
 _EXP_WIDTHS = np.array([8.0, 4.0, 2.0, 1.0])
 #: the exponential split is used where both conditional standard deviations are at least this
@@ -773,25 +779,26 @@ _SQPI = 1.7724538509055160
 @njit(cache=True, error_model="numpy", nogil=True)
 def _erfcx(x):
     """exp(x^2) erfc(x) for x >= 0: the product below 2.5 (exp(x^2) then has relative error <= 6.25 eps),
-    Laplace's continued fraction 1 / (x + (1/2) / (x + (2/2) / (x + ...))) / sqrt(pi) above (40 terms:
-    2e-16 relative at x = 2.5, checked against mpmath)."""
+    Laplace's continued fraction 1 / (x + (1/2) / (x + (2/2) / (x + ...))) / sqrt(pi) above, summed from
+    the back with 40 terms at x < 4 down to 4 terms from x = 100 (each range checked against mpmath: <= 3 eps)."""
     if x < 2.5:
         return math.exp(x * x) * math.erfc(x)
+    n = 40 if x < 4.0 else 24 if x < 6.0 else 14 if x < 10.0 else 10 if x < 30.0 else 6 if x < 100.0 else 4
     f = x
-    for k in range(40, 0, -1):
+    for k in range(n, 0, -1):
         f = x + 0.5 * k / f
     return 1.0 / (_SQPI * f)
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _cond_exp(re, m, t):
+def _cond_exp(re, m, t, ph):
     """E[r(X)], X ~ N(m, t^2) (t > 0), r(x) = A- exp(lam- x) 1{x<0} + A+ exp(-lam+ x) 1{x>0},
-    re = (A-, lam-, A+, lam+):
+    re = (A-, lam-, A+, lam+); ph = exp(-(m/t)^2 / 2) (shared with :func:`_cond_base`):
 
         E[A exp(lam X) 1{X<0}] = A exp(lam m + lam^2 t^2 / 2) Phi(-z),  z = (m + lam t^2) / t,
 
-    as A exp(lam t z - lam^2 t^2 / 2) Phi(-z) for z <= 0 and A exp(-m^2 / (2 t^2)) erfcx(z / sqrt 2) / 2
-    for z > 0 (no overflow at any K); the x > 0 part is the same with m -> -m."""
+    as A exp(lam t z - lam^2 t^2 / 2) Phi(-z) for z <= 0 and A ph erfcx(z / sqrt 2) / 2 for z > 0 (the
+    exponents add up to -m^2 / (2 t^2): no overflow at any K); the x > 0 part is the same with m -> -m."""
     out = 0.0
     for s in range(2):
         A = re[2 * s]
@@ -803,32 +810,47 @@ def _cond_exp(re, m, t):
         if z <= 0.0:
             out += A * math.exp(lam * t * z - 0.5 * lam * lam * t * t) * 0.5 * math.erfc(z / _SQ2)
         else:
-            q = mm / t
-            out += A * math.exp(-0.5 * q * q) * 0.5 * _erfcx(z / _SQ2)
+            out += A * ph * 0.5 * _erfcx(z / _SQ2)
     return out
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _exp_side(A, lam, sgn, width, npan, ka, c, D, al, re, with_r, X, W):
-    """K15 sum over npan panels of the given width along sgn * [0, npan width] of
-    A exp(-lam |x|) phi(x; 0, ka) (E[b(Y) | x] + with_r E[r(Y) | x]),  Y | x ~ N(c x / ka, D / ka)."""
+def _exp_side(A, lam, sgn, width, npan, ka, c, D, al, re, with_r, X, W, WG):
+    """Gauss-Kronrod 15 and the embedded Gauss 7 sums over npan panels of the given width along
+    sgn * [0, npan width] of
+
+        A exp(-lam |x|) phi(x; 0, ka) (E[b(Y) | x] + with_r E[r(Y) | x]),  Y | x ~ N(c x / ka, D / ka),
+
+    E[b(Y) | x] = al . (E relu(Y), E relu(-Y), P(Y > 0), P(Y < 0)) written out as in :func:`_cond_base`."""
     t = math.sqrt(D / ka)
     mu = c / ka
     cn = _ISQ2PI / math.sqrt(ka)
     half = 0.5 * width
-    out = 0.0
+    outk = 0.0
+    outg = 0.0
     for p in range(npan):
         mid = (p + 0.5) * width
-        acc = 0.0
+        acck = 0.0
+        accg = 0.0
         for i in range(X.size):
             y = mid + half * X[i]
             x = sgn * y
-            v = _cond_base(al, mu * x, t)
+            m = mu * x
+            q = m / t
+            e = 0.5 * math.erfc(abs(q) / _SQ2)
+            pp = 1.0 - e if q >= 0.0 else e
+            pm = e if q >= 0.0 else 1.0 - e
+            ph = math.exp(-0.5 * q * q)
+            tp = _ISQ2PI * t * ph
+            v = al[0] * (m * pp + tp) + al[1] * (tp - m * pm) + al[2] * pp + al[3] * pm
             if with_r:
-                v += _cond_exp(re, mu * x, t)
-            acc += W[i] * math.exp(-lam * y - 0.5 * x * x / ka) * v
-        out += half * acc
-    return A * cn * out
+                v += _cond_exp(re, m, t, ph)
+            fv = math.exp(-lam * y - 0.5 * x * x / ka) * v
+            acck += W[i] * fv
+            accg += WG[i] * fv
+        outk += half * acck
+        outg += half * accg
+    return A * cn * outk, A * cn * outg
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
@@ -853,7 +875,7 @@ def _exp_tail_panels(A, lam, ka, c, D, al, re, with_r, H, tol):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _exp_split_sum(k1, k2, k12, af, ag, rf, rg, unit, widths, tol, X, W, out, err):
+def _exp_split_sum(k1, k2, k12, af, ag, rf, rg, unit, widths, tol, X, W, WG, out, err):
     """E[f(u) g(v)] per entry, f = bf + rf and g = bg + rg with b the kinked asymptote
     al . (relu(h), relu(-h), 1{h>0}, 1{h<0}) and r = (A-, lam-, A+, lam+) the exponential remainder:
 
@@ -863,9 +885,11 @@ def _exp_split_sum(k1, k2, k12, af, ag, rf, rg, unit, widths, tol, X, W, out, er
     half-lines where r is nonzero, with the conditional expectations in closed form (:func:`_cond_base`,
     :func:`_cond_exp`): the larger variance is integrated over, so the exponential conditional's rate in it,
     lam |K12| / ka, is at most lam. Gauss-Kronrod 15 on panels from the breakpoint 0 outwards (the jump
-    of r sits on a panel edge), at the panel widths ``widths`` * unit in turn: an entry takes the finer of
-    two consecutive widths where the two differ (both integrals, plus the bounds of the tails cut) by at
-    most tol[p]. err[p]: that difference (inf where no pair of widths passed)."""
+    of r sits on a panel edge), ``widths`` * unit wide: first the widest, its error taken as the difference
+    from the embedded Gauss 7 rule (the lower order's error: an overestimate of the Kronrod rule's); then
+    each width against the one before (the coarser rule's error, again an overestimate); an entry takes
+    the first value whose estimate, both integrals and the bounds of the tails cut added, is at most
+    tol[p]. err[p]: that estimate (inf where none passed)."""
     for p in range(k1.size):
         a = k1[p]
         b = k2[p]
@@ -894,19 +918,24 @@ def _exp_split_sum(k1, k2, k12, af, ag, rf, rg, unit, widths, tol, X, W, out, er
             H = widths[lv] * unit
             k = int(round(widths[0] / widths[lv]))
             val = 0.0
+            valg = 0.0
             for s in range(2):
                 sgn = -1.0 if s == 0 else 1.0
                 if rf[2 * s] != 0.0 and np_[s] > 0:
-                    val += _exp_side(rf[2 * s], rf[2 * s + 1], sgn, H, np_[s] * k, a, c, D, ag, rg, rf_out, X, W)
+                    vk, vg = _exp_side(rf[2 * s], rf[2 * s + 1], sgn, H, np_[s] * k, a, c, D, ag, rg, rf_out,
+                                       X, W, WG)
+                    val += vk
+                    valg += vg
                 if rg[2 * s] != 0.0 and np_[2 + s] > 0:
-                    val += _exp_side(rg[2 * s], rg[2 * s + 1], sgn, H, np_[2 + s] * k, b, c, D, af, rf, not rf_out,
-                                     X, W)
-            if lv > 0:
-                e = abs(val - prev) + tail
-                if e <= tol[p]:
-                    out[p] = base + val
-                    err[p] = e
-                    break
+                    vk, vg = _exp_side(rg[2 * s], rg[2 * s + 1], sgn, H, np_[2 + s] * k, b, c, D, af, rf,
+                                       not rf_out, X, W, WG)
+                    val += vk
+                    valg += vg
+            e = abs(val - (valg if lv == 0 else prev)) + tail
+            if e <= tol[p]:
+                out[p] = base + val
+                err[p] = e
+                break
             prev = val
     return 0
 
@@ -1032,6 +1061,11 @@ class ProductMoment:
             out[pend] = 0.0
             pend = pend[:0]
         for kmax, h0 in LEVELS[start:]:
+            if pend.size and (kmax, h0) != LEVELS[0] and self._exp_splits() is not None:
+                # an ELU-like f and g: what the first level leaves goes to the exponential split before the
+                # higher levels, whose coefficients (~1000 nodes x kmax per variance) cost more than it and
+                # rarely settle these entries (phi' jumps or kinks at 0: coefficients decay like powers of k)
+                pend = self._exp_split(pend, k1, k2, k12, out)
             if pend.size == 0:
                 break
             # coefficients only for the variances the pending entries use
@@ -1253,7 +1287,7 @@ class ProductMoment:
         lam = max(1.0, sf.rexp[1], sf.rexp[3], sg.rexp[1], sg.rexp[3])
         val, err = np.empty(sel.size), np.empty(sel.size)
         _exp_split_sum(np.ascontiguousarray(a[sel]), np.ascontiguousarray(b[sel]), np.ascontiguousarray(c[sel]),
-                       sf.alpha, sg.alpha, sf.rexp, sg.rexp, 1.0 / lam, _EXP_WIDTHS, tol, _K15_X, _K15_W, val, err)
+                       sf.alpha, sg.alpha, sf.rexp, sg.rexp, 1.0 / lam, _EXP_WIDTHS, tol, _K15_X, _K15_W, _G7_W, val, err)
         good = (err <= tol) & np.isfinite(val)
         out[pend[sel[good]]] = val[good]
         done = np.zeros(pend.size, dtype=bool)
