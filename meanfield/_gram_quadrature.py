@@ -61,7 +61,15 @@ Error control
   E[r_f r_g] two-dimensional over the box where both r are nonzero, each on
   two trapezoid grids offset by half a step whose difference must be below
   ``TOL`` of sqrt(E f^2 E g^2) (:meth:`ProductMoment._split`, ~25 us an
-  entry). Then, for f and g without breakpoints and a
+  entry). Where f and g have one breakpoint, at 0, and are linear plus an
+  exponential on each side (ELU, SELU, their derivatives; :class:`_ExpSplit`),
+  the split is taken at the breakpoint with the kinked asymptote and
+  r = A e^{-lam |h|} on each side: E[b_f b_g] closed, E[r_f(u) g(v)] and
+  E[b_f(u) r_g(v)] one-dimensional with closed conditional expectations (no
+  two-dimensional term), on Gauss-Kronrod panels whose edges include the
+  breakpoint (:meth:`ProductMoment._exp_split`, ~9 us an entry; tried right
+  after the first series level, whose higher levels rarely settle these).
+  Then, for f and g without breakpoints and a
   conditional width sigma = sqrt(K2 (1 - rho^2)) <= 16, the conditional
   form E_z[f(s1 z) E_w[g(s2 rho z + sigma w)]] on an exp-sinh x trapezoid
   product rule, vectorised over the entries, each level checked against the
