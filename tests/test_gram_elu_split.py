@@ -2,7 +2,7 @@
 f = b + r, b the kinked asymptote alpha . (relu(h), relu(-h), 1{h>0}, 1{h<0}), r an exponential on each
 side, used for the entries the Hermite series leaves (large K, the growing phase).
 
-References are written here in mpmath, independently of the split: E[f(u) g(v)] as the one-dimensional
+References are written here in mpmath (20 digits), independently of the split: E[f(u) g(v)] as the one-dimensional
 integral over u of f(u) times the conditional expectation E[g(V)], V ~ N(K12 u / K1, K2 - K12^2 / K1),
 which for ELU and its derivative is closed:
 
@@ -46,7 +46,7 @@ def _cond_mp(name, m, t):
 
 
 def _ref(name, K1, K2, rho):
-    """E[f(u) f(v)] by the one-dimensional mpmath integral over u (30 digits)."""
+    """E[f(u) f(v)] by the one-dimensional mpmath integral over u (at the working precision)."""
     K1, K2, rho = mp.mpf(K1), mp.mpf(K2), mp.mpf(rho)
     s1 = mp.sqrt(K1)
     K12 = rho * s1 * mp.sqrt(K2)
@@ -139,8 +139,10 @@ def _check(name, K1, K2, rho, tol=1e-13):
     full = pm(np.array([K1]), np.array([K2]), np.array([K12]))[0]
     # the moment of the pair as given: its correlation is K12 / sqrt(K1 K2) of the float K12 (near rho = 1 the
     # moments of a jumping phi' move like sqrt(1 - rho): 1e-16 in rho is 4e-12 of E[phi' phi'] at 1 - rho = 1e-12)
-    ref = _ref(name, K1, K2, mp.mpf(K12) / mp.sqrt(mp.mpf(K1) * mp.mpf(K2)))
-    scale = float(mp.sqrt(_one_mp(name, K1) * _one_mp(name, K2)))
+    with mp.workdps(20):   # 1e-20: far below the 1e-13 checked, and half the time of 30 digits
+        ref = _ref(name, K1, K2, mp.mpf(K12) / mp.sqrt(mp.mpf(K1) * mp.mpf(K2)))
+    with mp.workdps(15):   # the tolerance's scale needs a few digits only
+        scale = float(mp.sqrt(_one_mp(name, K1) * _one_mp(name, K2)))
     for v in (out[0], full):
         assert abs(v - float(ref)) <= tol * scale, (name, K1, K2, rho, v, float(ref), (v - float(ref)) / scale)
 
@@ -157,18 +159,18 @@ def test_exp_split_against_mpmath(name, K1, K2, rho):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["elu", "delu", "selu", "dselu"])
+@pytest.mark.parametrize("name", ["elu", "dselu"])
 @pytest.mark.parametrize("K1, K2, rho", _GRID + [(2.0, 2.0, 0.2), (10.0, 1e4, 0.9), (1e8, 1e8, -0.5),
                                                  (1e10, 2e10, 0.999999), (1e20, 5e19, 0.97)])
 def test_exp_split_against_mpmath_grid(name, K1, K2, rho):
-    # ~40 cases of ~2 s
+    # 20 cases of 1-8 s (the largest K the slowest)
     _check(name, K1, K2, rho)
 
 
 @pytest.mark.slow
 def test_gram_elu_growing_phase_against_mpmath_recursion(monkeypatch):
-    """ELU at sigma_w = 2.5 (K grows ~3x per layer, to ~5e4 here), NNGP and NTK of two inputs of different
-    norms at depth 8 (~10-15 s), against the pair recursion K' = sw^2 E[phi phi] + sb^2,
+    """ELU at sigma_w = 2.5 (K grows ~3x per layer, to ~2e4 here), NNGP and NTK of two inputs of different
+    norms at depth 7 (~10 s), against the pair recursion K' = sw^2 E[phi phi] + sb^2,
     Theta' = K' + sw^2 E[phi' phi'] Theta iterated in mpmath with the one-dimensional references above;
     the split settles the pair from the second layer on."""
     from meanfield import _gram_quadrature as gq
@@ -187,10 +189,10 @@ def test_gram_elu_growing_phase_against_mpmath_recursion(monkeypatch):
     x = rng.standard_normal((2, d))
     x[1] = x[0] + 0.8 * rng.standard_normal(d)
     x *= np.array([[2.0], [0.7]]) * np.sqrt(d) / np.linalg.norm(x, axis=1, keepdims=True)
-    sw, sb, depth = 2.5, 0.3, 8
+    sw, sb, depth = 2.5, 0.3, 7
     r = mf.kernels("elu", x, depth=depth, sigma_w=sw, sigma_b=sb)
-    assert sum(settled) >= 6
-    mp.mp.dps = 20
+    assert sum(settled) >= 5
+    mp.mp.dps = 18
     try:
         K = [[sw**2 * mp.fsum(mp.mpf(a) * mp.mpf(b) for a, b in zip(x[i], x[j])) / d + sb**2 for j in range(2)]
              for i in range(2)]
