@@ -67,8 +67,10 @@ Error control
   r = A e^{-lam |h|} on each side: E[b_f b_g] closed, E[r_f(u) g(v)] and
   E[b_f(u) r_g(v)] one-dimensional with closed conditional expectations (no
   two-dimensional term), on Gauss-Kronrod panels whose edges include the
-  breakpoint (:meth:`ProductMoment._exp_split`, ~9 us an entry; tried right
-  after the first series level, whose higher levels rarely settle these).
+  breakpoint, the first one graded towards it where a conditional standard
+  deviation or a variance is below 1 (:meth:`ProductMoment._exp_split`, ~9 us
+  an entry; tried right after the first series level, whose higher levels
+  rarely settle these).
   Then, for f and g without breakpoints and a
   conditional width sigma = sqrt(K2 (1 - rho^2)) <= 16, the conditional
   form E_z[f(s1 z) E_w[g(s2 rho z + sigma w)]] on an exp-sinh x trapezoid
@@ -779,8 +781,9 @@ _G7_W[[1, 3, 5, 7, 9, 11, 13]] = (0.129484966168869693270611432679082, 0.2797053
                                   0.129484966168869693270611432679082)
 #: panel widths (in units of 1 / max(1, lambda_f, lambda_g)) compared in turn: (8 against 4), (4 against 2), (2 against 1)
 _EXP_WIDTHS = np.array([8.0, 4.0, 2.0, 1.0])
-#: the exponential split is used where both conditional standard deviations are at least this
-_EXP_TAU = 1.0
+#: the exponential split is tried where both conditional standard deviations are above this (below 1 the first
+#: panel is graded towards the breakpoint; an entry whose rules do not agree goes on to the nested engine)
+_EXP_TAU = 0.0
 _SQPI = 1.7724538509055160
 
 
@@ -823,42 +826,69 @@ def _cond_exp(re, m, t, ph):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _exp_side(A, lam, sgn, width, npan, ka, c, D, al, re, with_r, X, W, WG):
-    """Gauss-Kronrod 15 and the embedded Gauss 7 sums over npan panels of the given width along
-    sgn * [0, npan width] of
+def _exp_side(A, lam, sgn, W0, npan, ng, split, ka, c, D, al, re, with_r, X, W, WG):
+    """Gauss-Kronrod 15 and the embedded Gauss 7 sums along sgn * [0, npan W0] of
 
         A exp(-lam |x|) phi(x; 0, ka) (E[b(Y) | x] + with_r E[r(Y) | x]),  Y | x ~ N(c x / ka, D / ka),
 
-    E[b(Y) | x] = al . (E relu(Y), E relu(-Y), P(Y > 0), P(Y < 0)) written out as in :func:`_cond_base`."""
+    E[b(Y) | x] = al . (E relu(Y), E relu(-Y), P(Y > 0), P(Y < 0)) written out as in :func:`_cond_base`.
+    The coarse panels are [j W0, (j + 1) W0], the first of them graded towards the breakpoint when ng > 0
+    (edges 0, W0 / 2^ng, W0 / 2^(ng - 1), ..., W0 / 2, W0: the turn of E[. | x] at x = 0 over sqrt(D ka) / |c|
+    and the Gaussian's width sqrt(ka) when these are below 1); each coarse panel is cut into ``split``
+    equal ones."""
+    if npan == 0:
+        return 0.0, 0.0
     t = math.sqrt(D / ka)
     mu = c / ka
     cn = _ISQ2PI / math.sqrt(ka)
-    half = 0.5 * width
     outk = 0.0
     outg = 0.0
-    for p in range(npan):
-        mid = (p + 0.5) * width
-        acck = 0.0
-        accg = 0.0
-        for i in range(X.size):
-            y = mid + half * X[i]
-            x = sgn * y
-            m = mu * x
-            q = m / t
-            e = 0.5 * math.erfc(abs(q) / _SQ2)
-            pp = 1.0 - e if q >= 0.0 else e
-            pm = e if q >= 0.0 else 1.0 - e
-            ph = math.exp(-0.5 * q * q)
-            tp = _ISQ2PI * t * ph
-            v = al[0] * (m * pp + tp) + al[1] * (tp - m * pm) + al[2] * pp + al[3] * pm
-            if with_r:
-                v += _cond_exp(re, m, t, ph)
-            fv = math.exp(-lam * y - 0.5 * x * x / ka) * v
-            acck += W[i] * fv
-            accg += WG[i] * fv
-        outk += half * acck
-        outg += half * accg
+    for q in range(npan + ng):
+        if ng > 0 and q <= ng:
+            lo = 0.0 if q == 0 else W0 / 2.0 ** (ng - q + 1)
+            hi = W0 / 2.0 ** (ng - q)
+        else:
+            j = q - ng
+            lo = j * W0
+            hi = (j + 1) * W0
+        sub = (hi - lo) / split
+        half = 0.5 * sub
+        for ps in range(split):
+            mid = lo + (ps + 0.5) * sub
+            acck = 0.0
+            accg = 0.0
+            for i in range(X.size):
+                y = mid + half * X[i]
+                x = sgn * y
+                m = mu * x
+                qq = m / t
+                e = 0.5 * math.erfc(abs(qq) / _SQ2)
+                pp = 1.0 - e if qq >= 0.0 else e
+                pm = e if qq >= 0.0 else 1.0 - e
+                ph = math.exp(-0.5 * qq * qq)
+                tp = _ISQ2PI * t * ph
+                v = al[0] * (m * pp + tp) + al[1] * (tp - m * pm) + al[2] * pp + al[3] * pm
+                if with_r:
+                    v += _cond_exp(re, m, t, ph)
+                fv = math.exp(-lam * y - 0.5 * x * x / ka) * v
+                acck += W[i] * fv
+                accg += WG[i] * fv
+            outk += half * acck
+            outg += half * accg
     return A * cn * outk, A * cn * outg
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _grading(ka, c, D, unit, W0):
+    """Levels of grading of the first panel (:func:`_exp_side`): 0 where the integrand's scales at the
+    breakpoint, sqrt(ka) and sqrt(D ka) / |c|, are at least ``unit``; else enough halvings of W0 to reach
+    below the smaller of them."""
+    s = math.sqrt(ka)
+    if c != 0.0:
+        s = min(s, math.sqrt(D * ka) / abs(c))
+    if s >= unit:
+        return 0
+    return min(60, int(math.ceil(math.log2(W0 / s))))
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
@@ -943,23 +973,24 @@ def _exp_split_sum(k1, k2, k12, af, ag, rf, rg, unit, widths, tol, X, W, WG, out
                 n, bd = _exp_tail_panels(rg[2 * s], rg[2 * s + 1], b, c, D, af, rf, not rf_out, H0, tl)
                 np_[2 + s] = n
                 tail += bd
+        ngf = _grading(a, c, D, unit, H0)
+        ngg = _grading(b, c, D, unit, H0)
         prev = 0.0
         out[p] = np.nan
         err[p] = np.inf
         for lv in range(widths.size):
-            H = widths[lv] * unit
             k = int(round(widths[0] / widths[lv]))
             val = 0.0
             valg = 0.0
             for s in range(2):
                 sgn = -1.0 if s == 0 else 1.0
                 if rf[2 * s] != 0.0 and np_[s] > 0:
-                    vk, vg = _exp_side(rf[2 * s], rf[2 * s + 1], sgn, H, np_[s] * k, a, c, D, ag, rg, rf_out,
+                    vk, vg = _exp_side(rf[2 * s], rf[2 * s + 1], sgn, H0, np_[s], ngf, k, a, c, D, ag, rg, rf_out,
                                        X, W, WG)
                     val += vk
                     valg += vg
                 if rg[2 * s] != 0.0 and np_[2 + s] > 0:
-                    vk, vg = _exp_side(rg[2 * s], rg[2 * s + 1], sgn, H, np_[2 + s] * k, b, c, D, af, rf,
+                    vk, vg = _exp_side(rg[2 * s], rg[2 * s + 1], sgn, H0, np_[2 + s], ngg, k, b, c, D, af, rf,
                                        not rf_out, X, W, WG)
                     val += vk
                     valg += vg
@@ -1292,7 +1323,8 @@ class ProductMoment:
     def _exp_split(self, pend, k1, k2, k12, out):
         """The entries the series leaves, where f and g have one breakpoint, at 0, and are linear plus an
         exponential on each side (ELU, SELU and their derivatives; :class:`_ExpSplit`), and both conditional
-        standard deviations are >= 1: E[bf bg] in closed form and two one-dimensional integrals over the
+        standard deviations are > 0 (the rules' first panel is graded towards 0 where they or the
+        variances are below 1): E[bf bg] in closed form and two one-dimensional integrals over the
         remainders' half-lines with closed-form conditional expectations (:func:`_exp_split_sum`), each on
         Gauss-Kronrod panels with edges at the breakpoint, two panel widths compared per entry; accepted
         where they agree to TOL of sqrt(E f^2 E g^2). The others are returned."""
@@ -1306,7 +1338,7 @@ class ProductMoment:
             a, b = np.where(swap, b, a), np.where(swap, a, b)
         with np.errstate(all="ignore"):
             tau = np.sqrt((a * b - c * c) / np.maximum(a, b))
-            ok = (a > 0) & (b > 0) & (a <= _SPLIT_KMAX) & (b <= _SPLIT_KMAX) & (tau >= _EXP_TAU)
+            ok = (a > 0) & (b > 0) & (a <= _SPLIT_KMAX) & (b <= _SPLIT_KMAX) & (tau > _EXP_TAU)
         sel = np.nonzero(ok)[0]
         if sel.size == 0:
             return pend
