@@ -785,6 +785,7 @@ _EXP_WIDTHS = np.array([8.0, 4.0, 2.0, 1.0])
 #: panel is graded towards the breakpoint; an entry whose rules do not agree goes on to the nested engine)
 _EXP_TAU = 0.0
 _SQPI = 1.7724538509055160
+_EPS64 = np.finfo(np.float64).eps
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
@@ -835,14 +836,15 @@ def _exp_side(A, lam, sgn, W0, npan, ng, split, ka, c, D, al, re, with_r, X, W, 
     The coarse panels are [j W0, (j + 1) W0], the first of them graded towards the breakpoint when ng > 0
     (edges 0, W0 / 2^ng, W0 / 2^(ng - 1), ..., W0 / 2, W0: the turn of E[. | x] at x = 0 over sqrt(D ka) / |c|
     and the Gaussian's width sqrt(ka) when these are below 1); each coarse panel is cut into ``split``
-    equal ones."""
+    equal ones. Returns (Kronrod sum, Gauss sum, the Kronrod sum of the sizes of the terms of the integrand)."""
     if npan == 0:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     t = math.sqrt(D / ka)
     mu = c / ka
     cn = _ISQ2PI / math.sqrt(ka)
     outk = 0.0
     outg = 0.0
+    outa = 0.0
     for q in range(npan + ng):
         if ng > 0 and q <= ng:
             lo = 0.0 if q == 0 else W0 / 2.0 ** (ng - q + 1)
@@ -857,6 +859,7 @@ def _exp_side(A, lam, sgn, W0, npan, ng, split, ka, c, D, al, re, with_r, X, W, 
             mid = lo + (ps + 0.5) * sub
             acck = 0.0
             accg = 0.0
+            acca = 0.0
             for i in range(X.size):
                 y = mid + half * X[i]
                 x = sgn * y
@@ -868,14 +871,22 @@ def _exp_side(A, lam, sgn, W0, npan, ng, split, ka, c, D, al, re, with_r, X, W, 
                 ph = math.exp(-0.5 * qq * qq)
                 tp = _ISQ2PI * t * ph
                 v = al[0] * (m * pp + tp) + al[1] * (tp - m * pm) + al[2] * pp + al[3] * pm
+                # the sizes of the terms (their rounding is what cancels in v)
+                va = abs(al[0]) * (abs(m) * pp + tp) + abs(al[1]) * (tp + abs(m) * pm) + abs(al[2]) * pp \
+                    + abs(al[3]) * pm
                 if with_r:
-                    v += _cond_exp(re, m, t, ph)
-                fv = math.exp(-lam * y - 0.5 * x * x / ka) * v
+                    ve = _cond_exp(re, m, t, ph)
+                    v += ve
+                    va += abs(ve)
+                wgt = math.exp(-lam * y - 0.5 * x * x / ka)
+                fv = wgt * v
                 acck += W[i] * fv
                 accg += WG[i] * fv
+                acca += W[i] * wgt * va
             outk += half * acck
             outg += half * accg
-    return A * cn * outk, A * cn * outg
+            outa += half * acca
+    return A * cn * outk, A * cn * outg, abs(A) * cn * outa
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
@@ -958,6 +969,8 @@ def _exp_split_sum(k1, k2, k12, af, ag, rf, rg, unit, widths, tol, X, W, WG, out
         c = k12[p]
         D = _det(a, b, c)
         base = _base_pair(a, b, c, D, af, ag, 0.0)
+        # the sum of the sizes of its terms (every entry of the kernel matrix M of _base_pair is >= 0)
+        babs = _base_pair(a, b, c, D, np.abs(af), np.abs(ag), 0.0)
         rf_out = a >= b       # the exponential conditional goes with the integral over the larger variance
         tl = 1e-3 * tol[p]
         # tails: each side of each integral, cut where its bound is below tol / 1000
@@ -982,19 +995,24 @@ def _exp_split_sum(k1, k2, k12, af, ag, rf, rg, unit, widths, tol, X, W, WG, out
             k = int(round(widths[0] / widths[lv]))
             val = 0.0
             valg = 0.0
+            vabs = 0.0
             for s in range(2):
                 sgn = -1.0 if s == 0 else 1.0
                 if rf[2 * s] != 0.0 and np_[s] > 0:
-                    vk, vg = _exp_side(rf[2 * s], rf[2 * s + 1], sgn, H0, np_[s], ngf, k, a, c, D, ag, rg, rf_out,
-                                       X, W, WG)
+                    vk, vg, va = _exp_side(rf[2 * s], rf[2 * s + 1], sgn, H0, np_[s], ngf, k, a, c, D, ag, rg,
+                                           rf_out, X, W, WG)
                     val += vk
                     valg += vg
+                    vabs += va
                 if rg[2 * s] != 0.0 and np_[2 + s] > 0:
-                    vk, vg = _exp_side(rg[2 * s], rg[2 * s + 1], sgn, H0, np_[2 + s], ngg, k, b, c, D, af, rf,
-                                       not rf_out, X, W, WG)
+                    vk, vg, va = _exp_side(rg[2 * s], rg[2 * s + 1], sgn, H0, np_[2 + s], ngg, k, b, c, D, af, rf,
+                                           not rf_out, X, W, WG)
                     val += vk
                     valg += vg
-            e = abs(val - (valg if lv == 0 else prev)) + tail
+                    vabs += va
+            # + rounding: the pieces can be far larger than their sum (at small K, b's constant -alpha 1{h<0}
+            # and r = alpha e^h are O(1) while f is O(sqrt K)): 8 eps of the sum of their sizes
+            e = abs(val - (valg if lv == 0 else prev)) + tail + 8.0 * _EPS64 * (babs + vabs)
             if e <= tol[p]:
                 out[p] = base + val
                 err[p] = e
