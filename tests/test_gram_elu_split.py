@@ -216,3 +216,15 @@ def test_gram_elu_growing_phase_against_mpmath_recursion(monkeypatch):
         for i, j in ((0, 0), (1, 1), (0, 1)):
             assert abs(M[i, j] - float(R[i][j])) <= 1e-13 * float(mp.sqrt(R[i][i] * R[j][j])), \
                 (i, j, M[i, j], float(R[i][j]))
+
+
+def test_exp_split_leaves_what_cancels():
+    """At small K the split's pieces (b's constant -alpha 1{h<0} and r = alpha e^h, both O(1)) cancel to an
+    O(sqrt K) result: their rounding enters the error test, so such entries are left to the series (the
+    bug this guards: K ~ 1e-6 was accepted 3e-11 off); at K ~ 0.5 they are taken."""
+    pm = _moment("elu")
+    K1, K2 = np.array([1e-6, 0.5]), np.array([2e-6, 0.7])
+    K12 = 0.3 * np.sqrt(K1 * K2)
+    out = np.full(2, np.nan)
+    left = pm._exp_split(np.arange(2), K1, K2, K12, out)
+    assert left.tolist() == [0]
