@@ -779,7 +779,8 @@ _G7_W[[1, 3, 5, 7, 9, 11, 13]] = (0.129484966168869693270611432679082, 0.2797053
                                   0.3818300505051189449503697754889751, 0.4179591836734693877551020408163265,
                                   0.3818300505051189449503697754889751, 0.2797053914892766679014677714237796,
                                   0.129484966168869693270611432679082)
-#: panel widths (in units of 1 / max(1, lambda_f, lambda_g)) compared in turn: (8 against 4), (4 against 2), (2 against 1)
+#: panel widths (in units of 1 / max(1, lambda_f, lambda_g)): 8 with its Gauss 7 estimate, then 8 against 4,
+#: 4 against 2, 2 against 1
 _EXP_WIDTHS = np.array([8.0, 4.0, 2.0, 1.0])
 #: the exponential split is tried where both conditional standard deviations are above this (below 1 the first
 #: panel is graded towards the breakpoint; an entry whose rules do not agree goes on to the nested engine)
@@ -1369,7 +1370,8 @@ class ProductMoment:
         lam = max(1.0, sf.rexp[1], sf.rexp[3], sg.rexp[1], sg.rexp[3])
         val, err = np.empty(sel.size), np.empty(sel.size)
         _exp_split_sum(np.ascontiguousarray(a[sel]), np.ascontiguousarray(b[sel]), np.ascontiguousarray(c[sel]),
-                       sf.alpha, sg.alpha, sf.rexp, sg.rexp, 1.0 / lam, _EXP_WIDTHS, tol, _K15_X, _K15_W, _G7_W, val, err)
+                       sf.alpha, sg.alpha, sf.rexp, sg.rexp, 1.0 / lam, _EXP_WIDTHS, tol, _K15_X, _K15_W, _G7_W,
+                       val, err)
         good = (err <= tol) & np.isfinite(val)
         out[pend[sel[good]]] = val[good]
         done = np.zeros(pend.size, dtype=bool)

@@ -123,7 +123,8 @@ def test_exp_split_detection():
     # CELU-like (rate 1/2) and the mirror image: detected; not exponential on a side, two breakpoints,
     # piecewise linear: not
     x = _X
-    yes = [sp.Piecewise((x, x > 0), (2 * sp.exp(x / 2) - 2, True)), sp.Piecewise((1 - sp.exp(-x), x > 0), (3 * x, True))]
+    yes = [sp.Piecewise((x, x > 0), (2 * sp.exp(x / 2) - 2, True)),
+           sp.Piecewise((1 - sp.exp(-x), x > 0), (3 * x, True))]
     no = [sp.Piecewise((x, x > 0), (sp.tanh(x), True)), sp.Piecewise((x, x > 0), (0.1 * x, True)),
           sp.Piecewise((-1, x < -1), (x, x < 1), (1, True))]
     for e in yes + no:
