@@ -146,6 +146,9 @@ class LocalMaps:
             e = _factor_radicals(e * (_q1 * _q2) ** sp.Rational(order, 2) / norm)
             self._c_exprs.append(e)
         self._C = [_numeric([_q1, _q2, _c], e) for e in self._c_exprs]
+        # phi' jumps (SELU, hard-tanh, a kinked user expression): phi'' has delta terms, which the
+        # two-point rule does not carry (GaussianExpectation2.fdiff gives NaN), and C''(1) = inf
+        self._c2_kinked = bool(self._c_exprs[2].has(sp.nan))
         self._closed_form = not any(e.has(GaussianExpectation, GaussianExpectation2) for e in self._c_exprs)
 
     # -- Q map ---------------------------------------------------------------
@@ -167,10 +170,17 @@ class LocalMaps:
 
         At c = 1 (and q1 = q2) the value is the one-sided limit c -> 1-,
         computed symbolically (+inf where it diverges, e.g. C''(1) of a leaky ReLU).
+        order=2 is a ValueError where phi' jumps outside the ReLU family (SELU,
+        hard-tanh, kinked user expressions): C'' has delta terms there.
         c must be finite (it is clipped to [-1, 1]) and q1, q2 > 0.
         """
         if isinstance(order, bool) or order not in (0, 1, 2):
             raise ValueError(f"order must be 0, 1 or 2, got {order!r}")
+        if order == 2 and self._c2_kinked:
+            raise ValueError(
+                f"order=2 is not available for activation {self.activation.name!r}: its phi' jumps, so "
+                "C''(c) has delta terms (from phi'') that are not implemented, and C''(1) = inf; "
+                "choose order 0 or 1, or an activation with a continuous phi'")
         q2 = q1 if q2 is None else q2
         # a correlation needs nonzero variances (q = 0 is 0/0 for phi(0) = 0); c is clipped below
         c, q1, q2 = check_finite_array("c", c), check_positive("q1", q1), check_positive("q2", q2)
