@@ -291,7 +291,10 @@ def c_map(activation, c, q1=1.0, q2=None):
 
 
 def c_map_derivative(activation, c=1.0, order=1, q1=1.0, q2=None):
-    """C'(c) (order=1) or C''(c) (order=2) of the local C map; limits at c = 1."""
+    """C'(c) (order=1) or C''(c) (order=2) of the local C map; limits at c = 1.
+
+    order=2 is a ValueError where phi' jumps outside the ReLU family (SELU, hard-tanh).
+    """
     return local_maps(activation).C_derivative(c, order, q1, q2)
 
 
