@@ -116,15 +116,21 @@ class Signal:
     mean: sp.Expr = sp.Integer(0)
     gaussian: bool = True
     pair_axis: str = "batch"
+    var: sp.Expr | None = None   # Var[h] where K - mean^2 would cancel (set by ActivationLayer)
 
     @classmethod
     def input(cls, pair_axis: str = "batch") -> "Signal":
         """The symbolic block input: a Gaussian with kernel (K, K12)."""
         return cls(S.K, S.K12, pair_axis=pair_axis)
 
-    def to(self, K, K12, mean=sp.Integer(0), gaussian=True) -> "Signal":
+    def to(self, K, K12, mean=sp.Integer(0), gaussian=True, var=None) -> "Signal":
         """A new state along the same pair axis."""
-        return Signal(K, K12, mean, gaussian, self.pair_axis)
+        return Signal(K, K12, mean, gaussian, self.pair_axis, var)
+
+    @property
+    def variance(self) -> sp.Expr:
+        """Var[h] = K - mean^2, or the cancellation-free form an activation supplied."""
+        return self.K - self.mean**2 if self.var is None else self.var
 
 
 @dataclass(frozen=True)
@@ -296,7 +302,7 @@ class ActivationLayer(Primitive):
     def forward(self, s):
         _require_gaussian(self, s)
         return s.to(self.phi.second_moment(s.K), self.phi.kernel(s.K, s.K, s.K12),
-                    self.phi.mean(s.K), gaussian=False)
+                    self.phi.mean(s.K), gaussian=False, var=self.phi.variance(s.K))
 
     def chi(self, s):
         _require_gaussian(self, s)
@@ -437,11 +443,10 @@ class LayerNorm(Primitive):
     def forward(self, s):
         if _centres_pair(self, s):
             return s.to(sp.Integer(1), sp.Integer(0), gaussian=s.gaussian)
-        var = s.K - s.mean**2
-        return s.to(sp.Integer(1), (s.K12 - s.mean**2) / var, gaussian=s.gaussian)
+        return s.to(sp.Integer(1), (s.K12 - s.mean**2) / s.variance, gaussian=s.gaussian)
 
     def chi(self, s):
-        return 1 / (s.K - s.K12) if _centres_pair(self, s) else 1 / (s.K - s.mean**2)
+        return 1 / (s.K - s.K12) if _centres_pair(self, s) else 1 / s.variance
 
     def gram(self, g):
         _features_only(self)

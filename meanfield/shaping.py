@@ -64,7 +64,7 @@ import sympy as sp
 
 from ._validate import check_finite_array, check_int, check_nonnegative, check_positive, is_number
 from .activations import ACTIVATIONS, Activation, ScaleInvariant, activation as _activation
-from .gaussian import RULE_U, RULE_W, GaussianExpectation, GaussianExpectation2, numpy_function
+from .gaussian import RULE_U, RULE_W, GaussianExpectation, GaussianExpectation2, numpy_function, pieces, quad1
 from .symbolic import lambdify as _numeric
 from .symbols import x as _x
 
@@ -146,6 +146,9 @@ class LocalMaps:
             e = _factor_radicals(e * (_q1 * _q2) ** sp.Rational(order, 2) / norm)
             self._c_exprs.append(e)
         self._C = [_numeric([_q1, _q2, _c], e) for e in self._c_exprs]
+        # phi' jumps (SELU, hard-tanh, a kinked user expression): phi'' has delta terms, which the
+        # two-point rule does not carry (GaussianExpectation2.fdiff gives NaN), and C''(1) = inf
+        self._c2_kinked = bool(self._c_exprs[2].has(sp.nan))
         self._closed_form = not any(e.has(GaussianExpectation, GaussianExpectation2) for e in self._c_exprs)
 
     # -- Q map ---------------------------------------------------------------
@@ -167,10 +170,17 @@ class LocalMaps:
 
         At c = 1 (and q1 = q2) the value is the one-sided limit c -> 1-,
         computed symbolically (+inf where it diverges, e.g. C''(1) of a leaky ReLU).
+        order=2 is a ValueError where phi' jumps outside the ReLU family (SELU,
+        hard-tanh, kinked user expressions): C'' has delta terms there.
         c must be finite (it is clipped to [-1, 1]) and q1, q2 > 0.
         """
         if isinstance(order, bool) or order not in (0, 1, 2):
             raise ValueError(f"order must be 0, 1 or 2, got {order!r}")
+        if order == 2 and self._c2_kinked:
+            raise ValueError(
+                f"order=2 is not available for activation {self.activation.name!r}: its phi' jumps, so "
+                "C''(c) has delta terms (from phi'') that are not implemented, and C''(1) = inf; "
+                "choose order 0 or 1, or an activation with a continuous phi'")
         q2 = q1 if q2 is None else q2
         # a correlation needs nonzero variances (q = 0 is 0/0 for phi(0) = 0); c is clipped below
         c, q1, q2 = check_finite_array("c", c), check_positive("q1", q1), check_positive("q2", q2)
@@ -281,7 +291,10 @@ def c_map(activation, c, q1=1.0, q2=None):
 
 
 def c_map_derivative(activation, c=1.0, order=1, q1=1.0, q2=None):
-    """C'(c) (order=1) or C''(c) (order=2) of the local C map; limits at c = 1."""
+    """C'(c) (order=1) or C''(c) (order=2) of the local C map; limits at c = 1.
+
+    order=2 is a ValueError where phi' jumps outside the ReLU family (SELU, hard-tanh).
+    """
     return local_maps(activation).C_derivative(c, order, q1, q2)
 
 
@@ -820,12 +833,20 @@ class _Funcs:
     def __init__(self, act: Activation):
         self.act = act
         self.homogeneous = isinstance(act, ScaleInvariant)
-        d = [act.expr]
+        # kinks (ELU, SELU, hard-tanh, Max/Abs/Piecewise user expressions): derivatives piece by
+        # piece (Max would give Heaviside, DiracDelta); the fixed rule split at z = 0 loses its
+        # accuracy at a kink z = (c - beta)/alpha elsewhere, so those moments are taken by the
+        # engine split there; jumps of phi' add delta terms to phi''
+        info = pieces(sp.Lambda(_x, act.expr))
+        d = [info.expr]
         for _ in range(3):
-            d.append(sp.diff(d[-1], _x))
-        self.f = [numpy_function(sp.Lambda(_x, e)) for e in d]
+            d.append(sp.diff(d[-1], info.var))
+        self.f = [numpy_function(sp.Lambda(info.var, e)) for e in d]
         self._z = np.concatenate([RULE_U, -RULE_U])
         self._w = np.concatenate([RULE_W, RULE_W])
+        self.cuts = info.float_cuts
+        self.jump1 = tuple(float(j) for j in info.jump1)
+        self.jumps = any(j != 0 for j in info.jump0)
 
     @staticmethod
     @lru_cache(maxsize=64)
@@ -841,6 +862,8 @@ class _Funcs:
 
     def moments(self, alpha, beta, delta=0.0):
         """E over z ~ N(0,1) with y = alpha z + beta of the quantities the conditions need."""
+        if self.cuts:
+            return self._moments_split(alpha, beta, delta)
         y = alpha * self._z + beta
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             f0, f1, f2 = self.f[0](y), self.f[1](y), self.f[2](y)
@@ -848,6 +871,33 @@ class _Funcs:
         g0 = f0 + delta
         return {"m1": m1, "m2": self.E(g0 * g0), "d1": self.E(f1 * f1), "d2": self.E(f2 * f2),
                 "p": self.E(g0 * f2), "mean": self.E(f0)}
+
+    def _moments_split(self, alpha, beta, delta):
+        """:meth:`moments` of a kinked activation: the quadrature engine split at its breakpoints.
+
+        phi'' is taken in the weak sense: a jump J1 of phi' at c adds J1 delta(y - c), so
+        E[(phi + delta) phi''] gains J1 (phi(c) + delta) p_y(c) and E[phi''^2] is inf.
+        """
+        if self.jumps:
+            raise ValueError(f"activation {self.act.name!r} jumps: phi' has a delta term and E[phi'^2] is infinite")
+        f0, f1, f2 = self.f[0], self.f[1], self.f[2]
+        cuts = [c - beta for c in self.cuts]
+
+        def E(g):
+            value, _, _, converged = quad1(lambda h: g(h + beta), alpha, cuts)
+            if not converged:
+                raise FloatingPointError("moment quadrature did not converge")
+            return float(value)
+
+        mean = E(f0)
+        p = E(lambda y: (f0(y) + delta) * f2(y))
+        for c, j in zip(self.cuts, self.jump1):
+            if j != 0.0:
+                p += j * (self.at(0, c) + delta) * math.exp(-0.5 * ((c - beta) / alpha) ** 2) / (
+                    alpha * math.sqrt(2 * math.pi))
+        d2 = math.inf if any(j != 0.0 for j in self.jump1) else E(lambda y: f2(y) ** 2)
+        return {"m1": mean + delta, "m2": E(lambda y: (f0(y) + delta) ** 2), "d1": E(lambda y: f1(y) ** 2),
+                "d2": d2, "p": p, "mean": mean}
 
     def at(self, order, beta):
         return float(self.f[order](np.array([beta]))[0])

@@ -447,9 +447,11 @@ def _divergent(arch, comp, sw, sb, W, T, K0, depth, base, xi):
     nan = np.nan
     chiJ = base["chi_J"]
     if abs(chiJ - 1.0) > 1e-7:
+        note = ("K^l diverges and chi_J^l tends to chi_J* != 1: J^{l0,l} is exponential" if np.isfinite(chiJ) else
+                "K^l diverges and chi_J^l grows without bound (chi_J* = inf, an activation growing faster than "
+                "linearly): J^{l0,l} grows faster than any exponential")
         return Exponents(**base, regime="exponential growth" if chiJ > 1 else "ordered", zeta_K=nan, zeta=nan,
-                         zeta_K_numeric=nan, zeta_numeric=nan, xi=xi,
-                         note="K^l diverges and chi_J^l tends to chi_J* != 1: J^{l0,l} is exponential")
+                         zeta_K_numeric=nan, zeta_numeric=nan, xi=xi, note=note)
     L = depth or 2 ** 20
     k0 = (W + T) if K0 is None else float(K0)
     l, oK, oL, oX = _samples(comp, k0, T, W, T, L)

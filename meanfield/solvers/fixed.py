@@ -261,6 +261,8 @@ def _check_profile(arch, comp, sw, sb, mu, K, X):
         out = np.empty(1)
         comp.call("expr_grid", KN.CHI_J, np.array([_KINF]), np.zeros(1), np.array([sw * sw]), np.array([sb * sb]),
                   mu, comp.eps, out)
+        if not comp.pair:
+            out = _far_limit(comp if mu == comp.mu else comp.with_mu(mu), KN.CHI_J, sw * sw, sb * sb, out)
         X[f:] = float(out[0])
         K[f:] = np.inf
     if np.isnan(X).any() or np.isnan(K).any():
@@ -280,7 +282,8 @@ class FixedPointState(Result):
     """The fixed point reached from K0 and the factors there (arrays broadcast over the inputs).
 
     ``K`` is inf where the kernel diverges; ``K12`` is nan for one-input
-    states; ``chi_J``, ``chi_K`` are the limits along the divergence there.
+    states; ``chi_J``, ``chi_K`` are the limits along the divergence there (inf where
+    they grow without bound: an activation growing faster than linearly).
     ``status`` holds the kernel codes (0 converged, 1 divergent, 6 undefined:
     a normalisation of a zero signal, others failed; NaN marks every failure).
     """
@@ -297,6 +300,39 @@ class FixedPointState(Result):
     @property
     def diverges(self) -> np.ndarray:
         return self.status == ST_INF
+
+
+def _far_limit(comp, which, W, T, at_kinf):
+    """The K -> inf limit of expression ``which`` along a divergence, given its value at K = KINF.
+
+    The compiled solvers evaluate chi_J and chi_K "at K = inf" at K = KINF = 1e100,
+    which is the limit where the factor settles (ReLU, GELU, tanh: corrections
+    O(K^-1/2) = 1e-50). Where it still grows (an activation growing faster than
+    linearly, x + x^3/10: E[phi'^2] ~ K^2) the limit is inf, not the value at
+    1e100: growth by more than a factor 2 from K = 1e50 says so (a power K^p
+    with p > 0.006). One-input states (the pair state's K12 moves with K).
+    """
+    from .._fnindex import KINF as _KINF
+    from .lines import _expr
+
+    near = _expr(comp, which, math.sqrt(_KINF), W, T)
+    grows = np.isfinite(at_kinf) & (np.abs(at_kinf) > 2.0 * np.abs(near))
+    return np.where(grows, np.copysign(np.inf, at_kinf), at_kinf)
+
+
+def _unbounded_limits(comp, mu_arr, flat, outS, outX, outC):
+    """chi_J*, chi_K* = inf (in place) where K^l diverges and they grow without bound (:func:`_far_limit`)."""
+    from .. import _fnindex as KN
+
+    div = np.flatnonzero(outS == ST_INF)
+    if div.size == 0:
+        return
+    groups = [(comp, div)] if mu_arr is None else [
+        (comp.with_mu(m), div[flat[4][div] == m]) for m in np.unique(flat[4][div])]
+    for c, idx in groups:
+        W, T = flat[2][idx], flat[3][idx]
+        outX[idx] = _far_limit(c, KN.CHI_J, W, T, outX[idx])
+        outC[idx] = _far_limit(c, KN.CHI_K, W, T, outC[idx])
 
 
 def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None, maxiter=DEFAULT_MAXITER,
@@ -352,6 +388,8 @@ def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None
             F1 = _expr(c, KN.KERNEL, _KINF, flat[2][i], flat[3][i])
             F2 = _expr(c, KN.KERNEL, 2 * _KINF, flat[2][i], flat[3][i])
             outC[i] = float((F2 - F1)[0] / _KINF)
+    if not comp.pair:
+        _unbounded_limits(comp, mu_arr, flat, outS, outX, outC)
     bad = raise_for_status("fixed_point", arch, outS, sw, sb, errors) | (outS == ST_UNDEFINED)
     for a in (outK, outQ, outX, outC):
         a[bad] = np.nan
