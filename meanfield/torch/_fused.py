@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit, prange
 
 from .._cache import install_locator
+from ._threads import run_threaded
 
 install_locator()
 
@@ -86,7 +87,10 @@ _erf_serial = njit(cache=True, nogil=True, error_model="numpy", fastmath={"contr
 def erf32(x: np.ndarray) -> np.ndarray:
     """erf of a C-contiguous float32 array, to 0.54 ulp (a new array; see the constants above)."""
     out = np.empty_like(x)
-    (_erf if x.size >= _PARALLEL_MIN else _erf_serial)(x.reshape(-1), out.reshape(-1))
+    if x.size >= _PARALLEL_MIN:
+        run_threaded(_erf, x.reshape(-1), out.reshape(-1))
+    else:
+        _erf_serial(x.reshape(-1), out.reshape(-1))
     return out
 
 
@@ -97,5 +101,8 @@ _PARALLEL_MIN = 1 << 18      # elements from which the threaded kernel is used
 
 def affine_(y: np.ndarray, scale: np.ndarray, sb: np.ndarray, g: np.ndarray) -> np.ndarray:
     """In place: ``y[:, :, 0] = y[:, :, 0] * scale + sb * g``, ``y[:, :, 1:] *= scale`` (see the module)."""
-    (_affine if y.size >= _PARALLEL_MIN else _affine_serial)(y, scale, sb, g)
+    if y.size >= _PARALLEL_MIN:
+        run_threaded(_affine, y, scale, sb, g)
+    else:
+        _affine_serial(y, scale, sb, g)
     return y

@@ -70,6 +70,7 @@ import numpy as np
 from numba import njit, prange
 
 from .._cache import install_locator
+from ._threads import run_threaded
 
 install_locator()  # numba's cache of these kernels goes to meanfield's cache folder, never the package
 
@@ -234,8 +235,11 @@ def fill_normal(out: np.ndarray, seed: int, inits, stream: int) -> np.ndarray:
         raise ValueError(f"stream must be in [0, 2^32), got {stream}")
     k0, k1 = key_for(seed)
     if out.size:
-        kernel = _fill if out.size >= _PARALLEL_MIN else _fill_serial
-        kernel(out, np.uint32(k0), np.uint32(k1), inits, np.uint32(stream))
+        args = (out, np.uint32(k0), np.uint32(k1), inits, np.uint32(stream))
+        if out.size >= _PARALLEL_MIN:
+            run_threaded(_fill, *args)
+        else:
+            _fill_serial(*args)
     return out
 
 
