@@ -612,8 +612,17 @@ def line_robust(fns, pair, mode, fixed, mu, eps):
         if not _isfinite(h):
             v_prev, h_prev = math.nan, math.nan
             continue
-        if h == 0.0 or (v == 0.0 and abs(h) <= 64.0 * _EPS):
-            return v, ST_OK   # (zero within rounding at v = 0: the line ends on the axis)
+        if v == 0.0 and abs(h) <= 64.0 * _EPS:
+            return v, ST_OK   # zero within rounding at v = 0: the line ends on the axis
+        if h == 0.0:
+            # an exact zero is a root only where h changes sign through it: a curve that touches zero from
+            # one side rounds to 0 near v = 0 (erf + ln_post at sigma_b = 0: chi_J - 1 ~ 4/3 sigma_w^4 > 0)
+            if k < _NSCAN:
+                hn = h_line(fns, pair, mode, _scan_v(k + 1), fixed, mu, eps)
+                if _isfinite(h_prev) and _isfinite(hn) and h_prev != 0.0 and hn != 0.0 and \
+                        (h_prev > 0.0) != (hn > 0.0):
+                    return v, ST_OK
+            continue
         if _isfinite(h_prev) and (h > 0.0) != (h_prev > 0.0):
             r = _illinois(0, v_prev, v, h_prev, h, fns, pair, mode, fixed, mu, eps)
             hr = h_line(fns, pair, mode, r, fixed, mu, eps)
