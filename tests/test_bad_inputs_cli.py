@@ -255,26 +255,28 @@ def test_suite_row(argv, kind, needle, tmp_path):
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("content", ["null", "[]", '{"id": "tiny"}', '{"status": 3}', "{trunc", "DIR"])
-def test_broken_checkpoints_are_recomputed(content, tmp_path):
+def test_broken_checkpoints_are_recomputed(tmp_path):
+    """Each kind of broken checkpoint (JSON of the wrong shape, a wrong status, truncated, a folder) is
+    recomputed, not trusted; a sound one is resumed (one first run, then one run per kind of damage)."""
     pytest.importorskip("torch")
     _suite_files(tmp_path)
     argv = ["verify", "--cases", "tiny.json", "--device", "cpu", "--out", "r", "--no-plots", "--json"]
     first = _run(argv, tmp_path)
     _check(first, "ok", "json")
     ckpt = tmp_path / "r" / "cases" / "tiny.json"
-    ckpt.unlink()
-    if content == "DIR":
-        ckpt.mkdir()
-    else:
-        ckpt.write_text(content)
-    again = _run(argv, tmp_path)
-    _check(again, "ok", "json")
-    assert "recomputing" in again.stderr
-    data = json.loads(again.stdout)
-    assert data["summary"]["counts"] == {"pass": 1} and data["summary"]["resumed"] == 0
-    assert json.loads(ckpt.read_text())["status"] == "pass"
-    # a third run resumes: no compute time is counted for the resumed case
+    for content in ["null", "[]", '{"id": "tiny"}', '{"status": 3}', "{trunc", "DIR"]:
+        ckpt.unlink()
+        if content == "DIR":
+            ckpt.mkdir()
+        else:
+            ckpt.write_text(content)
+        again = _run(argv, tmp_path)
+        _check(again, "ok", "json")
+        assert "recomputing" in again.stderr, content
+        data = json.loads(again.stdout)
+        assert data["summary"]["counts"] == {"pass": 1} and data["summary"]["resumed"] == 0, content
+        assert json.loads(ckpt.read_text())["status"] == "pass", content
+    # a further run resumes: no compute time is counted for the resumed case
     third = json.loads(_run(argv, tmp_path).stdout)
     assert third["summary"]["resumed"] == 1 and third["summary"]["case_seconds"] == 0
 

@@ -72,8 +72,7 @@ def _recursion(x, y, depth, sw, mu):
     return K12, T, K1, K2
 
 
-@pytest.mark.parametrize("mu", [None, 0.7])
-@pytest.mark.parametrize("depth", [2, 4])
+@pytest.mark.parametrize("depth, mu", [(2, None), (4, 0.7)])
 def test_hardtanh_parallel_and_antiparallel_pairs(depth, mu):
     """x, -0.6 x, 2 x and x + 1e-13 e: every entry against mpmath within 1e-13 of its scale (the NTK of
     the near-identical pair: 2e-8)."""

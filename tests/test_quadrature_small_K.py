@@ -79,10 +79,10 @@ def test_gram_at_small_K_against_mpmath(name):
     """Depth 2 (one activation): every entry of both kernels at K^1 from 1e-12 to 1e-3, within 1e-14 of the
     entry's scale sqrt(K(x, x) K(x', x')) (the series' error control; the diagonal relative to itself)."""
     lam, alpha = CASES[name]
-    x = _inputs([1e-12, 1e-9, 1e-7, 1e-5, 1e-3])
+    x = _inputs([1e-12, 1e-8, 1e-5, 1e-3])
     n = len(x)
     k = mf.kernels(mf.Architecture(name), x, depth=2, sigma_w=1.0, sigma_b=0.0)
-    with mp.workdps(40):
+    with mp.workdps(30):
         xs = [[mp.mpf(float(v)) for v in row] for row in x]
         K1 = [[mp.fsum(a * b for a, b in zip(p, q)) / 4 for q in xs] for p in xs]
         diag = [_elu_second_moment(lam, alpha, K1[i][i]) for i in range(n)]
