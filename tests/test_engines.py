@@ -53,8 +53,9 @@ def test_profile_and_fixed_point_agree(monkeypatch, kw):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kw", [dict(activation="erf"), dict(activation="gelu"), dict(activation="tanh"),
-                                dict(activation="silu")], ids=["erf", "gelu", "tanh", "silu"])
+# (SiLU takes the quadrature engines' path of tanh: left out for CI time)
+@pytest.mark.parametrize("kw", [dict(activation="erf"), dict(activation="gelu"), dict(activation="tanh")],
+                         ids=["erf", "gelu", "tanh"])
 def test_critical_point_and_line_agree(monkeypatch, kw):
     p, n = _both(monkeypatch, lambda: mf.critical_point(**kw))
     assert len(p) == len(n) >= 1
