@@ -1297,10 +1297,7 @@ class ProductMoment:
         if sp_ is None:
             return self._exp_split(pend, k1, k2, k12, out)
         sf, sg = sp_
-        a, b, c = k1[pend], k2[pend], k12[pend]
-        if self.same:
-            swap = b < a
-            a, b = np.where(swap, b, a), np.where(swap, a, b)
+        a, b, c = self._ordered(pend, k1, k2, k12)
         with np.errstate(all="ignore"):
             D = a * b - c * c
             tau = np.sqrt(D / np.maximum(a, b))
@@ -1309,13 +1306,7 @@ class ProductMoment:
         sel = np.nonzero(ok)[0]
         if sel.size == 0:
             return pend
-        # the tolerance's scale sqrt(E f^2 E g^2), from the one-point rule per distinct variance
-        ua, ia = np.unique(a[sel], return_inverse=True)
-        ub, ib = np.unique(b[sel], return_inverse=True)
-        h0 = LEVELS[0][1]
-        ef = _one_point(self.f, self.f, self.cuts_f, ua, h0)
-        eg = ef if (self.same and np.array_equal(ua, ub)) else _one_point(self.g, self.g, self.cuts_g, ub, h0)
-        scale = TOL * np.sqrt(np.abs(ef[ia] * eg[ib]))
+        scale = self._tolerances(a[sel], b[sel])
         done = np.zeros(pend.size, dtype=bool)
         s0sq = _SPLIT_S0 * _SPLIT_S0
         for step1, step2 in _SPLIT_STEPS:
@@ -1331,6 +1322,24 @@ class ProductMoment:
             done[sel[good]] = True
             sel, scale = sel[~good], scale[~good]
         return pend[~done]
+
+    def _ordered(self, pend, k1, k2, k12):
+        """(K1, K2, K12) of the pending entries; with f = g the smaller variance first (the splits' order)."""
+        a, b, c = k1[pend], k2[pend], k12[pend]
+        if self.same:
+            swap = b < a
+            a, b = np.where(swap, b, a), np.where(swap, a, b)
+        return a, b, c
+
+    def _tolerances(self, a, b):
+        """TOL * sqrt(E f(u)^2 E g(v)^2) per entry (Var u = a, Var v = b), from the one-point rule per
+        distinct variance: the splits' acceptance threshold."""
+        ua, ia = np.unique(a, return_inverse=True)
+        ub, ib = np.unique(b, return_inverse=True)
+        h0 = LEVELS[0][1]
+        ef = _one_point(self.f, self.f, self.cuts_f, ua, h0)
+        eg = ef if (self.same and np.array_equal(ua, ub)) else _one_point(self.g, self.g, self.cuts_g, ub, h0)
+        return TOL * np.sqrt(np.abs(ef[ia] * eg[ib]))
 
     def _exp_splits(self):
         if not hasattr(self, "_exp_split_fg"):
@@ -1351,22 +1360,14 @@ class ProductMoment:
         if sp_ is None:
             return pend
         sf, sg = sp_
-        a, b, c = k1[pend], k2[pend], k12[pend]
-        if self.same:
-            swap = b < a
-            a, b = np.where(swap, b, a), np.where(swap, a, b)
+        a, b, c = self._ordered(pend, k1, k2, k12)
         with np.errstate(all="ignore"):
             tau = np.sqrt((a * b - c * c) / np.maximum(a, b))
             ok = (a > 0) & (b > 0) & (a <= _SPLIT_KMAX) & (b <= _SPLIT_KMAX) & (tau > _EXP_TAU)
         sel = np.nonzero(ok)[0]
         if sel.size == 0:
             return pend
-        ua, ia = np.unique(a[sel], return_inverse=True)
-        ub, ib = np.unique(b[sel], return_inverse=True)
-        h0 = LEVELS[0][1]
-        ef = _one_point(self.f, self.f, self.cuts_f, ua, h0)
-        eg = ef if (self.same and np.array_equal(ua, ub)) else _one_point(self.g, self.g, self.cuts_g, ub, h0)
-        tol = TOL * np.sqrt(np.abs(ef[ia] * eg[ib]))
+        tol = self._tolerances(a[sel], b[sel])
         lam = max(1.0, sf.rexp[1], sf.rexp[3], sg.rexp[1], sg.rexp[3])
         val, err = np.empty(sel.size), np.empty(sel.size)
         _exp_split_sum(np.ascontiguousarray(a[sel]), np.ascontiguousarray(b[sel]), np.ascontiguousarray(c[sel]),

@@ -499,8 +499,9 @@ def test_split_activations_near_parallel(name, K):
 
 @pytest.mark.slow
 def test_split_reference_against_nested():
-    """The split reference against the plain nested integral E_u[f(u) E[g(v) | u]] in mpmath (SiLU, K = 100)."""
-    mp.mp.dps = 20
+    """The split reference against the plain nested integral E_u[f(u) E[g(v) | u]] in mpmath (SiLU, K = 100),
+    at 17 digits (the references serve tolerances of 2e-14; 20 digits cost 76 s of CI)."""
+    mp.mp.dps = 17
     try:
         f = MP_SPLIT["silu"][0]
         K, rho = mp.mpf(100), mp.mpf("0.9")
@@ -513,7 +514,7 @@ def test_split_reference_against_nested():
             return mp.quad(lambda v: f(v) * mp.npdf(v, m, sig), [p for p in pts if m - 12 * sig <= p <= m + 12 * sig])
 
         ref = mp.quad(lambda u: f(u) * mp.npdf(u, 0, s) * inner(u), [-12 * s, -30, -8, -2, 0, 2, 8, 30, 12 * s])
-        assert abs(_ref_split("silu", "silu", 100.0, 100.0, 0.9) - ref) <= 1e-16 * abs(ref)
+        assert abs(_ref_split("silu", "silu", 100.0, 100.0, 0.9) - ref) <= 1e-15 * abs(ref)
     finally:
         mp.mp.dps = 30
 
