@@ -13,7 +13,9 @@ values) and the outcome the package promises:
 
 Anything else fails: another exception, a vague message, a silent NaN or
 inf, a crash of the interpreter or a hang. Rows run in three subprocesses
-(core library without torch, Monte Carlo, AutoInit), started in parallel;
+(core library without torch, Monte Carlo, AutoInit), one per group, started
+when a row of the group first runs (once per pytest-xdist run: the workers
+share the reports through a locked file);
 inside one, each row is isolated by try/except, its own warnings record and
 a SIGALRM time limit; a row that does not report (a crash, or a hang inside
 compiled code that SIGALRM cannot interrupt) fails by name when its
@@ -28,7 +30,6 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -491,12 +492,42 @@ def _spawn(group):
 _CACHE = {}
 
 
-def _reports():
-    if not _CACHE:
-        with ThreadPoolExecutor(len(GROUPS)) as ex:
-            for g, res in zip(GROUPS, ex.map(_spawn, GROUPS)):
-                _CACHE[g] = res
-    return _CACHE
+def _shared_path(group):
+    """Where one pytest-xdist run keeps a group's reports, so that its workers run each group once.
+
+    Every worker of one ``pytest -n N`` run sees the same PYTEST_XDIST_TESTRUNUID; without xdist
+    (or off POSIX, where ``fcntl`` is missing) nothing is shared and each process runs the group.
+    """
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        return None
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        return None
+    import tempfile
+    return Path(tempfile.gettempdir()) / f"meanfield-bad-inputs-{run}-{group}.json"
+
+
+def _reports(group):
+    """The group's (reports, stderr tail, exit code), run once per process or per xdist run."""
+    if group in _CACHE:
+        return _CACHE[group]
+    path = _shared_path(group)
+    if path is None:
+        _CACHE[group] = _spawn(group)
+        return _CACHE[group]
+    import fcntl
+    with open(path.with_suffix(".lock"), "w") as lock:
+        # the first worker to ask runs the group; the others wait on the lock and read its result
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            reports, tail, rc = json.loads(path.read_text())
+        else:
+            reports, tail, rc = _spawn(group)
+            path.write_text(json.dumps([reports, tail, rc]))
+    _CACHE[group] = reports, tail, rc
+    return _CACHE[group]
 
 
 def test_matrix_size_and_ids():
@@ -514,7 +545,7 @@ def pytest_generate_tests(metafunc):
 @pytest.mark.slow
 def test_row(row):
     rid, group = row[0], row[1]
-    reports, tail, rc = _reports()[group]
+    reports, tail, rc = _reports(group)
     if rid not in reports:
         raise AssertionError(f"row {rid} did not report: the '{group}' subprocess crashed or hung "
                              f"(exit code {rc}); its stderr ends with:\n{tail}")
