@@ -90,6 +90,15 @@ with mu = 0.8 and within the Monte-Carlo errors (-4% to +1%) with the
 standard residual mu = 1; the leading correction is not computed. Numbers
 and the measurements behind them: docs/gram.md, "ResMLP and MLP-Mixer".
 
+Near-parallel pairs: when two tokens of the input are near (anti)parallel, the
+walk also carries the gap 1 - rho^2 of A's entries (``_State.G``), exactly, as
+the MLP Gram matrices do: every ResMLP rule is a sum or a rescaling
+(``calculus._sum_gap``; the token dense layer's mean folds its T pair states
+two at a time) or an activation's gap map. A channel LayerNorm keeps it only
+where B = 0 (it subtracts B: a cancellation), so the Mixer with a bias or
+E[phi] != 0 loses it and its NTK of an equal-norm ReLU pair is right to
+~1e-13 / sqrt(1 - rho) (docs/gram.md, Numerics).
+
 Cost: the state is four (nT)^2 float64 arrays (n = 20 images of 64 tokens:
 1.3 MB each), the activation's pair map on two of them per activation.
 """
