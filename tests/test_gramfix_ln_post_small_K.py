@@ -45,6 +45,7 @@ CASES = [
     (1e-5, 3e-6, None, 1.0, 5e-11),
     (1e-5, 3e-6, 0.5, 1.0, 5e-11),
     (1.2, 0.0, None, 1e-5, 5e-11),
+    (0.8, 0.2, 0.5, 1.0, 1e-13),      # K ~ 1: the centred moments change nothing there
 ]
 
 
