@@ -355,6 +355,18 @@ def _compile_combine(node, vals: tuple, with_ntk: bool):
     return _lambdify((_K1, _K2, _K12, _T12, _B1, _B2, _B12, _BT12), exprs)
 
 
+_GB, _GK = sp.symbols("gapB gapK")
+
+
+@functools.lru_cache(maxsize=32)
+def _compile_combine_gap(node, vals: tuple):
+    """The gap of a Residual's combination (``Residual.combine``) of branch and skip states, compiled."""
+    from .calculus import GramSignal
+
+    out = node.combine(GramSignal(_B1, _B2, _B12, _BT12, gap=_GB), GramSignal(_K1, _K2, _K12, _T12, gap=_GK))
+    return _lambdify((_K1, _K2, _K12, _GK, _B1, _B2, _B12, _GB), [sp.sympify(out.gap).subs(dict(vals))])
+
+
 def _cached(fn, *args):
     try:
         return fn(*args)
@@ -386,6 +398,9 @@ class _BatchWalk:
         self.vals, self.param, self.ntk = vals, parameterization, with_ntk
         self.args = (sw, sb, n_width)
         self.n_eff = []     # the batch's effective size at every BatchNorm passed, in order
+        # the gap 1 - rho^2 of every pair, carried exactly (None: not carried, the pairs use (K1, K2, K12) alone);
+        # set by kernels() when the batch holds near-(anti)parallel pairs
+        self.S = None
 
     def _zero(self, T):
         return T if self.ntk else np.zeros(())
@@ -394,7 +409,50 @@ class _BatchWalk:
         f = _cached(_compile_layers, tuple(layers), self.vals, self.param, self.ntk, True)
         d = np.diag(K).copy()
         outs = f(d[:, None], d[None, :], K, self._zero(T), *self.args)
-        return _full(outs[0], K.shape), (_full(outs[1], K.shape) if self.ntk else None)
+        Kn, Tn = _full(outs[0], K.shape), (_full(outs[1], K.shape) if self.ntk else None)
+        if self.S is not None:
+            g = _cached(_compile_layers, tuple(layers), self.vals, self.param, self.ntk, True, True)
+            if not g.carries_gap:
+                self.S = None
+            else:
+                # the near pairs through the map that carries the gap, K12 from the gap (as in kernels())
+                near = self.S < _NEAR
+                root = np.multiply.outer(np.sqrt(d), np.sqrt(d))
+                Cs = np.where(near, np.copysign(root * np.sqrt(1 - self.S), K), K)
+                o = g(d[:, None], d[None, :], Cs, self._zero(T), self.S, *self.args)
+                Kn = np.where(near, _full(o[0], K.shape), Kn)
+                if self.ntk:
+                    Tn = np.where(near, _full(o[1], K.shape), Tn)
+                self.S = np.where(near, np.maximum(_full(o[-1], K.shape), 0.0), _naive_gap(
+                    np.diag(Kn)[:, None], np.diag(Kn)[None, :], Kn))
+        return Kn, Tn
+
+    def _batch_norm_gap(self, K, Kn):
+        """The gap after BatchNorm (K -> Kn = s P K P), without cancellation for the near pairs.
+
+        Centring leaves y_a - y_b = h_a - h_b, so the squared distance D = E(h_a - h_b)^2 is only rescaled,
+        D' = s D, and 1 - rho' = (D' - (sqrt K'_a - sqrt K'_b)^2) / (2 sqrt(K'_a K'_b)), where
+        D = (sqrt K_a - sqrt K_b)^2 + 2 sqrt(K_a K_b) (1 - rho) comes from the carried gap; the norms'
+        differences enter squared, so their rounding moves 1 - rho' by ~1e-16 / sqrt(gap) relative and
+        theta' by ~1e-16 absolute.
+        """
+        d, dn = np.diag(K).copy(), np.diag(Kn).copy()
+        r, rn = np.sqrt(d), np.sqrt(dn)
+        # s from the trace (tr Kn = n tr(PKP)/tr(PKP)): the diagonal's ratio is s for every input
+        s = np.sum(dn) / np.trace(K - K.mean(axis=1)[:, None] - K.mean(axis=0)[None, :] + K.mean())
+        with np.errstate(all="ignore"):
+            rho = K / np.multiply.outer(r, r)
+            om = _one_minus(rho, self.S)
+            D = (np.subtract.outer(d, d) / np.add.outer(r, r)) ** 2 + 2 * np.multiply.outer(r, r) * om
+            omn = (s * D - (np.subtract.outer(dn, dn) / np.add.outer(rn, rn)) ** 2) / (2 * np.multiply.outer(rn, rn))
+            exact = np.clip(omn * (2 - omn), 0.0, 1.0)
+        naive = _naive_gap(dn[:, None], dn[None, :], Kn)
+        # the pairs that stay near parallel (rho' > 0, small gap) take it; the rest (antiparallel after centring:
+        # D' ~ 4 K, where the plain gap is as good) the rounded one
+        keep = np.isfinite(exact) & (omn < 0.5) & (naive < 2 * _NEAR)
+        S = np.where(keep, exact, naive)
+        np.fill_diagonal(S, 0.0)
+        return S
 
     def walk(self, node, K, T):
         from .calculus import BatchNorm, Chain, Residual, _short
@@ -402,9 +460,18 @@ class _BatchWalk:
         if not _couples(node):
             return self.pair((node,), K, T)
         if isinstance(node, BatchNorm):
+            K0 = K
             K, T = node.gram_batch(K, T if self.ntk else None)
             # n_eff = tr(PKP)^2 / tr((PKP)^2): the large-batch limit's error is O(1 / n_eff) per BatchNorm
             self.n_eff.append(np.trace(K) ** 2 / np.sum(K * K))
+            if self.S is not None:
+                self.S = self._batch_norm_gap(K0, K)
+                # K12 of the near pairs from the gap, so that K and S describe one pair
+                near = self.S < _NEAR
+                if near.any():
+                    dn = np.diag(K).copy()
+                    root = np.multiply.outer(np.sqrt(dn), np.sqrt(dn))
+                    K = np.where(near, np.copysign(root * np.sqrt(1 - self.S), K), K)
             return K, T
         if isinstance(node, Chain):
             run = []
@@ -418,7 +485,17 @@ class _BatchWalk:
                     run.append(p)
             return self.pair(run, K, T) if run else (K, T)
         if isinstance(node, Residual):
+            S0 = self.S
             Kb, Tb = self.walk(node.branch, K, T)
+            if self.S is not None and S0 is not None:
+                g = _cached(_compile_combine_gap, node, self.vals)
+                d, db = np.diag(K).copy(), np.diag(Kb).copy()
+                with np.errstate(all="ignore"):
+                    self.S = np.clip(_full(g(d[:, None], d[None, :], K, S0, db[:, None], db[None, :], Kb, self.S)[0],
+                                           K.shape), 0.0, 1.0)
+                np.fill_diagonal(self.S, 0.0)
+            else:
+                self.S = None
             f = _cached(_compile_combine, node, self.vals, self.ntk)
             d, db = np.diag(K).copy(), np.diag(Kb).copy()
             outs = f(d[:, None], d[None, :], K, self._zero(T), db[:, None], db[None, :], Kb, self._zero(Tb))
@@ -626,6 +703,23 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         close[rows, cols] = False
         if close.any():
             fg, pending = gap_map(), False
+    if batch:
+        # the batch walk carries the gap of every pair when some are near (anti)parallel (_BatchWalk.S)
+        with np.errstate(all="ignore"):
+            close = _naive_gap(Ka[:, None], Kb[None, :], C) < 2 * _NEAR
+        close[rows, cols] = False
+        np.fill_diagonal(close, False)
+        if close.any():
+            from .calculus import Dense
+
+            f_in = _cached(_compile_layers, (Dense(),), (), parameterization, False, False, True)
+            with np.errstate(all="ignore"):
+                S0 = _full(f_in(da[:, None] / d, db[None, :] / d, dot / d, 0.0, _input_gap(a, b, dot, da, db),
+                                sw, sb, n_width)[-1], C.shape)
+                zero = (da[:, None] == 0) | (db[None, :] == 0)
+                S0[zero] = _naive_gap(Ka[:, None], Kb[None, :], C)[zero]
+            S0[rows, cols] = 0.0       # identical rows: parallel
+            walk.S = np.clip(S0, 0.0, 1.0)
     if not batch and fg is not None:
         # the pair's gap 1 - rho^2 after the input layer, exact from the rows as given: the input Dense
         # layer's own gap rule (calculus._sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap

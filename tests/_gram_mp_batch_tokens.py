@@ -39,8 +39,9 @@ def _entrywise_act(name, K, T, B=None, TB=None):
     return Kn, Tn
 
 
-def batch_recursion(X, name, depth, sw, sb, dps=50):
-    """(K, Theta) ('ntk') of h^depth over the batch X (list of float64 rows), norm='bn', no residual."""
+def batch_recursion(X, name, depth, sw, sb, mu=None, dps=50):
+    """(K, Theta) ('ntk') of h^depth over the batch X (list of float64 rows), norm='bn' (with mu: the block
+    plus mu^2 times the skip)."""
     with mp.workdps(dps):
         xs = [[mp.mpf(float(v)) for v in row] for row in X]
         n, d = len(xs), len(xs[0])
@@ -49,6 +50,7 @@ def batch_recursion(X, name, depth, sw, sb, dps=50):
         K = [[sw2 * mp.fsum(a * b for a, b in zip(p, q)) / d + sb2 for q in xs] for p in xs]
         T = [row[:] for row in K]
         for _ in range(depth - 1):
+            K0, T0 = K, T
             r = [mp.fsum(row) / n for row in K]
             rb = mp.fsum(r) / n
             PKP = [[K[i][j] - r[i] - r[j] + rb for j in range(n)] for i in range(n)]
@@ -61,6 +63,10 @@ def batch_recursion(X, name, depth, sw, sb, dps=50):
             M, D = _entrywise_act(name, K, T)
             K = [[sw2 * v + sb2 for v in row] for row in M]
             T = [[K[i][j] + sw2 * D[i][j] for j in range(n)] for i in range(n)]
+            if mu is not None:
+                m2 = mp.mpf(mu) ** 2
+                K = [[K[i][j] + m2 * K0[i][j] for j in range(n)] for i in range(n)]
+                T = [[T[i][j] + m2 * T0[i][j] for j in range(n)] for i in range(n)]
         return K, T
 
 
