@@ -116,15 +116,16 @@ projection, then every rule's cancellation-free update, ``calculus._sum_gap``
 for Dense and residual, ``Activation.kernel_gap`` for the ReLU family, erf and
 GELU, the centred gap for LayerNorm), with K12 taken from the gap. Blocks with an
 activation that has no gap map (the quadrature activations) use (K1, K2,
-K12) alone; there, in the BatchNorm walk and the Mixer, a correlation within 1e-15 of
+K12) alone; there and in the Mixer, a correlation within 1e-15 of
 +-1 is taken as +-1 where an arccos sees it (exactly parallel pairs, the
 diagonal after a LayerNorm). Against a 50-digit recursion from the float64
 inputs, pairs with 1 - rho (or 1 + rho) from 1e-6 to 1e-15 keep ~1e-14 at
 depth 32 for the ReLU family, erf and GELU, up to 4e-13 where correlation 1 is
-unstable (docs/gram.md, Numerics, has the table). ResMLP's token walk carries
-the gap the same way (:mod:`meanfield.gram_tokens`); the BatchNorm walk and the
-Mixer do not, and their NTK of an equal-norm ReLU pair is right to
-~1e-13 / sqrt(1 - rho) (measured at depth 20). LayerNorm after an activation
+unstable (docs/gram.md, Numerics, has the table). ResMLP's token walk
+(:mod:`meanfield.gram_tokens`) and the BatchNorm walk carry the gap too (BatchNorm
+through the squared distance E(h_a - h_b)^2, which its centring only rescales:
+``_BatchWalk._batch_norm_gap``); the Mixer does not, and its NTK of an equal-norm
+ReLU pair is right to ~1e-13 / sqrt(1 - rho) (measured at depth 20). LayerNorm after an activation
 with phi(0) != 0 centres with the activation's covariances of phi - phi(0)
 (``Activation.centred_kernel``), not K - m^2: at small K those differences of
 numbers ~phi(0)^2 lost ~1e-16/K. Two-point forms that divide
