@@ -417,15 +417,17 @@ class _BatchWalk:
                 self.S = None
             else:
                 # the near pairs through the map that carries the gap, K12 from the gap (as in kernels())
-                near = self.S < _NEAR
-                root = np.multiply.outer(np.sqrt(d), np.sqrt(d))
-                Cs = np.where(near, np.copysign(root * np.sqrt(1 - self.S), K), K)
-                o = g(d[:, None], d[None, :], Cs, self._zero(T), self.S, *self.args)
-                Kn = np.where(near, _full(o[0], K.shape), Kn)
+                # (on those entries only: the gap map is the larger expression)
+                i, j = np.nonzero(self.S < _NEAR)
+                gaps = self.S[i, j]
+                Cs = np.copysign(np.sqrt(d[i]) * np.sqrt(d[j]) * np.sqrt(1 - gaps), K[i, j])
+                o = g(d[i], d[j], Cs, T[i, j] if self.ntk else np.zeros(()), gaps, *self.args)
+                Kn[i, j] = o[0]
                 if self.ntk:
-                    Tn = np.where(near, _full(o[1], K.shape), Tn)
-                self.S = np.where(near, np.maximum(_full(o[-1], K.shape), 0.0), _naive_gap(
-                    np.diag(Kn)[:, None], np.diag(Kn)[None, :], Kn))
+                    Tn[i, j] = o[1]
+                dn = np.diag(Kn).copy()
+                self.S = _naive_gap(dn[:, None], dn[None, :], Kn)
+                self.S[i, j] = np.maximum(_full(o[-1], i.shape), 0.0)
         return Kn, Tn
 
     def _batch_norm_gap(self, K, Kn):
@@ -439,19 +441,19 @@ class _BatchWalk:
         """
         d, dn = np.diag(K).copy(), np.diag(Kn).copy()
         r, rn = np.sqrt(d), np.sqrt(dn)
-        # s from the trace (tr Kn = n tr(PKP)/tr(PKP)): the diagonal's ratio is s for every input
-        s = np.sum(dn) / np.trace(K - K.mean(axis=1)[:, None] - K.mean(axis=0)[None, :] + K.mean())
+        # s = n / tr(PKP) from the diagonals (tr Kn = n)
+        s = np.sum(dn) / (np.sum(d) - K.sum() / K.shape[0])
+        S = _naive_gap(dn[:, None], dn[None, :], Kn)
+        # the pairs near parallel after the centring (the others keep the gap of their rounded kernels)
+        i, j = np.nonzero(S < 2 * _NEAR)
         with np.errstate(all="ignore"):
-            rho = K / np.multiply.outer(r, r)
-            om = _one_minus(rho, self.S)
-            D = (np.subtract.outer(d, d) / np.add.outer(r, r)) ** 2 + 2 * np.multiply.outer(r, r) * om
-            omn = (s * D - (np.subtract.outer(dn, dn) / np.add.outer(rn, rn)) ** 2) / (2 * np.multiply.outer(rn, rn))
+            rho = K[i, j] / (r[i] * r[j])
+            om = _one_minus(rho, self.S[i, j])
+            D = ((d[i] - d[j]) / (r[i] + r[j])) ** 2 + 2 * (r[i] * r[j]) * om
+            omn = (s * D - ((dn[i] - dn[j]) / (rn[i] + rn[j])) ** 2) / (2 * rn[i] * rn[j])
             exact = np.clip(omn * (2 - omn), 0.0, 1.0)
-        naive = _naive_gap(dn[:, None], dn[None, :], Kn)
-        # the pairs that stay near parallel (rho' > 0, small gap) take it; the rest (antiparallel after centring:
-        # D' ~ 4 K, where the plain gap is as good) the rounded one
-        keep = np.isfinite(exact) & (omn < 0.5) & (naive < 2 * _NEAR)
-        S = np.where(keep, exact, naive)
+        ok = np.isfinite(exact) & (omn < 0.5)
+        S[i[ok], j[ok]] = exact[ok]
         np.fill_diagonal(S, 0.0)
         return S
 
