@@ -5,10 +5,11 @@ tests/test_gramfix_ln_post_small_K.py. Nothing here comes from meanfield: the tw
 are tensor Gauss-Hermite sums in mpmath (nodes found by Newton's method on He_n in mpmath, from
 numpy's starting values), u = s1 z1, v = s2 (rho z1 + sqrt(1 - rho^2) z2). For the activations
 used here (softplus, the logistic sigmoid: analytic in the strip |Im h| < pi) and K <= ~1 the
-integrand is analytic in z in a strip of half-width ~pi / sqrt(K): 48 nodes are exact to 1e-40 below
-K = 0.05, 128 nodes to ~1e-23 at K = 1.3 (:func:`check_convergence` compares rules, :func:`check_rule` with nested adaptive ``mp.quad``:
-softplus at (K1, K2, K12) = (0.3, 0.5, 0.2) and sigmoid at (0.02, 0.03, -0.01) agree to 2e-21 at 20
-digits, the working precision, in 2-3 minutes each).
+integrand is analytic in z in a strip of half-width ~pi / sqrt(K): 48 nodes are exact to 1e-40
+below K = 0.05, 128 nodes to ~1e-23 at K = 1.3 (:func:`check_convergence` compares rules;
+:func:`check_rule` compares with nested adaptive ``mp.quad``: softplus at (K1, K2, K12) =
+(0.3, 0.5, 0.2) and sigmoid at (0.02, 0.03, -0.01) agree to 2e-21 at 20 digits, the working
+precision, in 2-3 minutes each).
 
 The recursion runs at ``dps`` digits on the raw moments E[phi phi], E[phi], exactly as the maths
 says (LayerNorm: (K12 - m1 m2) / sqrt((K1 - m1^2)(K2 - m2^2))); at K ~ 1e-12 the subtractions
