@@ -153,6 +153,11 @@ class GramSignal:
     arc-cosine kernels depend on theta = arccos(rho) ~ sqrt(2 (1 - rho)), so
     every rule that keeps the gap maps it without cancellation
     (:func:`_sum_gap`, :meth:`normalised`, ``Activation.kernel_gap``).
+
+    centred : (Var z(x), Var z(x'), Cov(z(x), z(x'))) where the activation supplied them
+    (``Activation.centred_kernel``: phi(0) != 0), None elsewhere. K_i - m_i^2 and K12 - m1 m2
+    are differences of numbers ~phi(0)^2 at small K (softplus: ~1e-16/K relative lost); a
+    centring normalisation takes these instead. Rescalings (scale, RMSNorm) carry them.
     """
 
     K1: sp.Expr
@@ -165,10 +170,19 @@ class GramSignal:
     parameterization: str = "ntk"
     width: sp.Expr = sp.Integer(1)
     gap: sp.Expr = None
+    centred: tuple = None
 
-    def to(self, K1, K2, K12, T12, m1=sp.Integer(0), m2=sp.Integer(0), gaussian=True, gap=None) -> "GramSignal":
-        """A new state with the same conventions (``gap``: the new one, None where it is not known)."""
-        return replace(self, K1=K1, K2=K2, K12=K12, T12=T12, m1=m1, m2=m2, gaussian=gaussian, gap=gap)
+    def to(self, K1, K2, K12, T12, m1=sp.Integer(0), m2=sp.Integer(0), gaussian=True, gap=None,
+           centred=None) -> "GramSignal":
+        """A new state with the same conventions (``gap``, ``centred``: the new ones, None where not known)."""
+        return replace(self, K1=K1, K2=K2, K12=K12, T12=T12, m1=m1, m2=m2, gaussian=gaussian, gap=gap,
+                       centred=centred)
+
+    def centred_moments(self):
+        """(Var z(x), Var z(x'), Cov): the carried cancellation-free ones, else K_i - m_i^2, K12 - m1 m2."""
+        if self.centred is not None:
+            return self.centred
+        return self.K1 - self.m1**2, self.K2 - self.m2**2, self.K12 - self.m1 * self.m2
 
     @property
     def rho(self):
@@ -182,6 +196,10 @@ class GramSignal:
         sqrt(v1 v2) like the cross moment.
         """
         d = sp.sqrt(v1 * v2)
+        if centre and self.centred is not None:
+            # the activation's cancellation-free moments (phi(0) != 0 at small K): v_i are its variances
+            V1, V2, C12 = self.centred
+            return self.to(V1 / v1, V2 / v2, C12 / d, self.T12 / d, m1, m2, self.gaussian)
         K12 = (self.K12 - self.m1 * self.m2) / d if centre else self.K12 / d
         c = 1 if centre else 0
         gap = self.gap
@@ -192,9 +210,14 @@ class GramSignal:
             n1, n2 = sp.Abs(self.m1) / sp.sqrt(self.K1), sp.Abs(self.m2) / sp.sqrt(self.K2)
             q = (n1 - n2) ** 2 + 2 * n1 * n2 * one_minus(sp.sign(self.m1 * self.m2) * self.rho, gap)
             gap = (gap - q) * (self.K1 / v1) * (self.K2 / v2)
-        # without centring (or with zero means) the map rescales each input: rho and its gap stay
+        # without centring (or with zero means) the map rescales each input: rho and its gap stay,
+        # and so do the carried centred moments, rescaled
+        cen = None
+        if not centre and self.centred is not None:
+            V1, V2, C12 = self.centred
+            cen = (V1 / v1, V2 / v2, C12 / d)
         return self.to((self.K1 - c * self.m1**2) / v1, (self.K2 - c * self.m2**2) / v2, K12, self.T12 / d,
-                       m1, m2, self.gaussian, gap)
+                       m1, m2, self.gaussian, gap, cen)
 
 
 def _sum_gap(A1, A2, rho_a, gap_a, B1, B2, rho_b, gap_b, skew=None):
@@ -318,7 +341,7 @@ class ActivationLayer(Primitive):
         gap = None if g.gap is None else phi.kernel_gap(g.K1, g.K2, g.K12, g.gap)
         return g.to(phi.second_moment(g.K1), phi.second_moment(g.K2), phi.kernel(g.K1, g.K2, g.K12, gap=g.gap),
                     phi.derivative_kernel(g.K1, g.K2, g.K12, gap=g.gap) * g.T12, phi.mean(g.K1), phi.mean(g.K2),
-                    gaussian=False, gap=gap)
+                    gaussian=False, gap=gap, centred=phi.centred_kernel(g.K1, g.K2, g.K12))
 
 
 def _centres_pair(norm, s: Signal) -> bool:
@@ -450,7 +473,8 @@ class LayerNorm(Primitive):
 
     def gram(self, g):
         _features_only(self)
-        return g.normalised(g.K1 - g.m1**2, g.K2 - g.m2**2, centre=True)
+        v1, v2, _ = g.centred_moments()
+        return g.normalised(v1, v2, centre=True)
 
 
 @dataclass(frozen=True)
@@ -517,8 +541,9 @@ class Scale(Primitive):
 
     def gram(self, g):
         e2 = self.eps**2
+        cen = None if g.centred is None else tuple(e2 * c for c in g.centred)
         return g.to(e2 * g.K1, e2 * g.K2, e2 * g.K12, e2 * g.T12, self.eps * g.m1, self.eps * g.m2, g.gaussian,
-                    g.gap)
+                    g.gap, cen)
 
 
 def _features_only(norm):

@@ -116,12 +116,19 @@ projection, then every rule's cancellation-free update, ``calculus._sum_gap``
 for Dense and residual, ``Activation.kernel_gap`` for the ReLU family, erf and
 GELU, the centred gap for LayerNorm), with K12 taken from the gap. Blocks with an
 activation that has no gap map (the quadrature activations) use (K1, K2,
-K12) alone; there, and in the BatchNorm walk, a correlation within 1e-15 of
+K12) alone; there and in the Mixer, a correlation within 1e-15 of
 +-1 is taken as +-1 where an arccos sees it (exactly parallel pairs, the
 diagonal after a LayerNorm). Against a 50-digit recursion from the float64
 inputs, pairs with 1 - rho (or 1 + rho) from 1e-6 to 1e-15 keep ~1e-14 at
 depth 32 for the ReLU family, erf and GELU, up to 4e-13 where correlation 1 is
-unstable (docs/gram.md, Numerics, has the table). Two-point forms that divide
+unstable (docs/gram.md, Numerics, has the table). ResMLP's token walk
+(:mod:`meanfield.gram_tokens`) and the BatchNorm walk carry the gap too (BatchNorm
+through the squared distance E(h_a - h_b)^2, which its centring only rescales:
+``_BatchWalk._batch_norm_gap``); the Mixer does not, and its NTK of an equal-norm
+ReLU pair is right to ~1e-13 / sqrt(1 - rho) (measured at depth 20). LayerNorm after an activation
+with phi(0) != 0 centres with the activation's covariances of phi - phi(0)
+(``Activation.centred_kernel``), not K - m^2: at small K those differences of
+numbers ~phi(0)^2 lost ~1e-16/K. Two-point forms that divide
 by a Gram determinant (erf, GELU: (1 + c K1)(1 + c K2) - c^2 K12^2) evaluate
 it as one node (``activations.pair_det``, or with the carried gap) that is
 exact for identical inputs, and arcsin as an arctangent of the exact gap, so
@@ -349,6 +356,18 @@ def _compile_combine(node, vals: tuple, with_ntk: bool):
     return _lambdify((_K1, _K2, _K12, _T12, _B1, _B2, _B12, _BT12), exprs)
 
 
+_GB, _GK = sp.symbols("gapB gapK")
+
+
+@functools.lru_cache(maxsize=32)
+def _compile_combine_gap(node, vals: tuple):
+    """The gap of a Residual's combination (``Residual.combine``) of branch and skip states, compiled."""
+    from .calculus import GramSignal
+
+    out = node.combine(GramSignal(_B1, _B2, _B12, _BT12, gap=_GB), GramSignal(_K1, _K2, _K12, _T12, gap=_GK))
+    return _lambdify((_K1, _K2, _K12, _GK, _B1, _B2, _B12, _GB), [sp.sympify(out.gap).subs(dict(vals))])
+
+
 def _cached(fn, *args):
     try:
         return fn(*args)
@@ -380,6 +399,9 @@ class _BatchWalk:
         self.vals, self.param, self.ntk = vals, parameterization, with_ntk
         self.args = (sw, sb, n_width)
         self.n_eff = []     # the batch's effective size at every BatchNorm passed, in order
+        # the gap 1 - rho^2 of every pair, carried exactly (None: not carried, the pairs use (K1, K2, K12) alone);
+        # set by kernels() when the batch holds near-(anti)parallel pairs
+        self.S = None
 
     def _zero(self, T):
         return T if self.ntk else np.zeros(())
@@ -388,7 +410,52 @@ class _BatchWalk:
         f = _cached(_compile_layers, tuple(layers), self.vals, self.param, self.ntk, True)
         d = np.diag(K).copy()
         outs = f(d[:, None], d[None, :], K, self._zero(T), *self.args)
-        return _full(outs[0], K.shape), (_full(outs[1], K.shape) if self.ntk else None)
+        Kn, Tn = _full(outs[0], K.shape), (_full(outs[1], K.shape) if self.ntk else None)
+        if self.S is not None:
+            g = _cached(_compile_layers, tuple(layers), self.vals, self.param, self.ntk, True, True)
+            if not g.carries_gap:
+                self.S = None
+            else:
+                # the near pairs through the map that carries the gap, K12 from the gap (as in kernels())
+                # (on those entries only: the gap map is the larger expression)
+                i, j = np.nonzero(self.S < _NEAR)
+                gaps = self.S[i, j]
+                Cs = np.copysign(np.sqrt(d[i]) * np.sqrt(d[j]) * np.sqrt(1 - gaps), K[i, j])
+                o = g(d[i], d[j], Cs, T[i, j] if self.ntk else np.zeros(()), gaps, *self.args)
+                Kn[i, j] = o[0]
+                if self.ntk:
+                    Tn[i, j] = o[1]
+                dn = np.diag(Kn).copy()
+                self.S = _naive_gap(dn[:, None], dn[None, :], Kn)
+                self.S[i, j] = np.maximum(_full(o[-1], i.shape), 0.0)
+        return Kn, Tn
+
+    def _batch_norm_gap(self, K, Kn):
+        """The gap after BatchNorm (K -> Kn = s P K P), without cancellation for the near pairs.
+
+        Centring leaves y_a - y_b = h_a - h_b, so the squared distance D = E(h_a - h_b)^2 is only rescaled,
+        D' = s D, and 1 - rho' = (D' - (sqrt K'_a - sqrt K'_b)^2) / (2 sqrt(K'_a K'_b)), where
+        D = (sqrt K_a - sqrt K_b)^2 + 2 sqrt(K_a K_b) (1 - rho) comes from the carried gap; the norms'
+        differences enter squared, so their rounding moves 1 - rho' by ~1e-16 / sqrt(gap) relative and
+        theta' by ~1e-16 absolute.
+        """
+        d, dn = np.diag(K).copy(), np.diag(Kn).copy()
+        r, rn = np.sqrt(d), np.sqrt(dn)
+        # s = n / tr(PKP) from the diagonals (tr Kn = n)
+        s = np.sum(dn) / (np.sum(d) - K.sum() / K.shape[0])
+        S = _naive_gap(dn[:, None], dn[None, :], Kn)
+        # the pairs near parallel after the centring (the others keep the gap of their rounded kernels)
+        i, j = np.nonzero(S < 2 * _NEAR)
+        with np.errstate(all="ignore"):
+            rho = K[i, j] / (r[i] * r[j])
+            om = _one_minus(rho, self.S[i, j])
+            D = ((d[i] - d[j]) / (r[i] + r[j])) ** 2 + 2 * (r[i] * r[j]) * om
+            omn = (s * D - ((dn[i] - dn[j]) / (rn[i] + rn[j])) ** 2) / (2 * rn[i] * rn[j])
+            exact = np.clip(omn * (2 - omn), 0.0, 1.0)
+        ok = np.isfinite(exact) & (omn < 0.5)
+        S[i[ok], j[ok]] = exact[ok]
+        np.fill_diagonal(S, 0.0)
+        return S
 
     def walk(self, node, K, T):
         from .calculus import BatchNorm, Chain, Residual, _short
@@ -396,9 +463,18 @@ class _BatchWalk:
         if not _couples(node):
             return self.pair((node,), K, T)
         if isinstance(node, BatchNorm):
+            K0 = K
             K, T = node.gram_batch(K, T if self.ntk else None)
             # n_eff = tr(PKP)^2 / tr((PKP)^2): the large-batch limit's error is O(1 / n_eff) per BatchNorm
             self.n_eff.append(np.trace(K) ** 2 / np.sum(K * K))
+            if self.S is not None:
+                self.S = self._batch_norm_gap(K0, K)
+                # K12 of the near pairs from the gap, so that K and S describe one pair
+                near = self.S < _NEAR
+                if near.any():
+                    dn = np.diag(K).copy()
+                    root = np.multiply.outer(np.sqrt(dn), np.sqrt(dn))
+                    K = np.where(near, np.copysign(root * np.sqrt(1 - self.S), K), K)
             return K, T
         if isinstance(node, Chain):
             run = []
@@ -412,7 +488,17 @@ class _BatchWalk:
                     run.append(p)
             return self.pair(run, K, T) if run else (K, T)
         if isinstance(node, Residual):
+            S0 = self.S
             Kb, Tb = self.walk(node.branch, K, T)
+            if self.S is not None and S0 is not None:
+                g = _cached(_compile_combine_gap, node, self.vals)
+                d, db = np.diag(K).copy(), np.diag(Kb).copy()
+                with np.errstate(all="ignore"):
+                    self.S = np.clip(_full(g(d[:, None], d[None, :], K, S0, db[:, None], db[None, :], Kb, self.S)[0],
+                                           K.shape), 0.0, 1.0)
+                np.fill_diagonal(self.S, 0.0)
+            else:
+                self.S = None
             f = _cached(_compile_combine, node, self.vals, self.ntk)
             d, db = np.diag(K).copy(), np.diag(Kb).copy()
             outs = f(d[:, None], d[None, :], K, self._zero(T), db[:, None], db[None, :], Kb, self._zero(Tb))
@@ -620,6 +706,23 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         close[rows, cols] = False
         if close.any():
             fg, pending = gap_map(), False
+    if batch:
+        # the batch walk carries the gap of every pair when some are near (anti)parallel (_BatchWalk.S)
+        with np.errstate(all="ignore"):
+            close = _naive_gap(Ka[:, None], Kb[None, :], C) < 2 * _NEAR
+        close[rows, cols] = False
+        np.fill_diagonal(close, False)
+        if close.any():
+            from .calculus import Dense
+
+            f_in = _cached(_compile_layers, (Dense(),), (), parameterization, False, False, True)
+            with np.errstate(all="ignore"):
+                S0 = _full(f_in(da[:, None] / d, db[None, :] / d, dot / d, 0.0, _input_gap(a, b, dot, da, db),
+                                sw, sb, n_width)[-1], C.shape)
+                zero = (da[:, None] == 0) | (db[None, :] == 0)
+                S0[zero] = _naive_gap(Ka[:, None], Kb[None, :], C)[zero]
+            S0[rows, cols] = 0.0       # identical rows: parallel
+            walk.S = np.clip(S0, 0.0, 1.0)
     if not batch and fg is not None:
         # the pair's gap 1 - rho^2 after the input layer, exact from the rows as given: the input Dense
         # layer's own gap rule (calculus._sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap

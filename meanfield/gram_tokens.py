@@ -90,6 +90,15 @@ with mu = 0.8 and within the Monte-Carlo errors (-4% to +1%) with the
 standard residual mu = 1; the leading correction is not computed. Numbers
 and the measurements behind them: docs/gram.md, "ResMLP and MLP-Mixer".
 
+Near-parallel pairs: when two tokens of the input are near (anti)parallel, the
+walk also carries the gap 1 - rho^2 of A's entries (``_State.G``), exactly, as
+the MLP Gram matrices do: every ResMLP rule is a sum or a rescaling
+(``calculus._sum_gap``; the token dense layer's mean folds its T pair states
+two at a time) or an activation's gap map. A channel LayerNorm keeps it only
+where B = 0 (it subtracts B: a cancellation), so the Mixer with a bias or
+E[phi] != 0 loses it and its NTK of an equal-norm ReLU pair is right to
+~1e-13 / sqrt(1 - rho) (docs/gram.md, Numerics).
+
 Cost: the state is four (nT)^2 float64 arrays (n = 20 images of 64 tokens:
 1.3 MB each), the activation's pair map on two of them per activation.
 """
@@ -115,16 +124,64 @@ def token_inputs(name, x):
 
 
 class _State:
-    """A, B, TA, TB over (x, t) pairs, stored as (n, T, n, T) arrays."""
+    """A, B, TA, TB over (x, t) pairs, stored as (n, T, n, T) arrays; G the gap 1 - rho^2 of A's entries
+    (None where it is not carried)."""
 
-    __slots__ = ("A", "B", "TA", "TB", "gaussian")
+    __slots__ = ("A", "B", "TA", "TB", "gaussian", "G")
 
-    def __init__(self, A, B, TA, TB, gaussian=True):
-        self.A, self.B, self.TA, self.TB, self.gaussian = A, B, TA, TB, gaussian
+    def __init__(self, A, B, TA, TB, gaussian=True, G=None):
+        self.A, self.B, self.TA, self.TB, self.gaussian, self.G = A, B, TA, TB, gaussian, G
 
     def map(self, f, gaussian=None):
+        # a rescaling of every entry (scale): the gap stays
         return _State(*(None if M is None else f(M) for M in (self.A, self.B, self.TA, self.TB)),
-                      self.gaussian if gaussian is None else gaussian)
+                      self.gaussian if gaussian is None else gaussian, self.G)
+
+
+def _sum_gap_fn():
+    """``calculus._sum_gap`` compiled: (A1, A2, A12, gap_A, B1, B2, B12, gap_B) -> the gap of A + B."""
+    global _SUM_GAP
+    if _SUM_GAP is None:
+        import sympy as sp
+
+        from .calculus import _sum_gap
+        from .gram import _lambdify
+
+        A1, A2, A12, gA, B1, B2, B12, gB = syms = sp.symbols("A1 A2 A12 gA B1 B2 B12 gB")
+        e = _sum_gap(A1, A2, A12 / sp.sqrt(A1 * A2), gA, B1, B2, B12 / sp.sqrt(B1 * B2), gB)
+        f = _lambdify(syms, [e])
+        _SUM_GAP = lambda *a: f(*a)[0]   # noqa: E731
+    return _SUM_GAP
+
+
+_SUM_GAP = None
+
+
+def _pair_sum_gap(A, GA, B, GB):
+    """The gap of the entries of A + B from those of A and B (both (n, T, n, T), variances on the diagonal)."""
+    dA, dB = _diag(A), _diag(B)
+    with np.errstate(all="ignore"):
+        g = _sum_gap_fn()(dA[:, :, None, None], dA[None, None], A, GA, dB[:, :, None, None], dB[None, None], B, GB)
+    return _settle(g, A + B)
+
+
+def _bias_gap(M, G, sb2):
+    """The gap of M + sb2 (a bias shared by both inputs: correlation 1, gap 0) from M's."""
+    if G is None or sb2 == 0:
+        return G
+    return _pair_sum_gap(M, G, np.full_like(M, sb2), np.zeros_like(M))
+
+
+def _settle(g, M):
+    """Gaps where the exact rule gave nothing finite (a zero part: 0/0) from the rounded entries of M."""
+    g = np.broadcast_to(g, M.shape).copy()
+    bad = ~np.isfinite(g)
+    if bad.any():
+        d = _diag(M)
+        with np.errstate(all="ignore"):
+            r = np.clip(M / np.sqrt(d[:, :, None, None] * d[None, None]), -1.0, 1.0)
+        g[bad] = ((1 - r) * (1 + r))[bad]
+    return np.clip(g, 0.0, 1.0)
 
 
 def _diag(M):
@@ -172,9 +229,12 @@ class _Walk:
         if isinstance(node, Residual):
             out = self.walk(node.branch, s)
             m2 = self._num(node.mu) ** 2
+            G = None
+            if out.G is not None and s.G is not None:
+                G = out.G if m2 == 0 else _pair_sum_gap(out.A, out.G, m2 * s.A, s.G)
             return _State(out.A + m2 * s.A, out.B + m2 * s.B,
                           None if s.TA is None else out.TA + m2 * s.TA,
-                          None if s.TB is None else out.TB + m2 * s.TB, gaussian=True)
+                          None if s.TB is None else out.TB + m2 * s.TB, gaussian=True, G=G)
         if isinstance(node, Scale):
             e2 = self._num(node.eps) ** 2
             return s.map(lambda M: e2 * M)
@@ -187,7 +247,7 @@ class _Walk:
             if self.ntk:
                 own = A if self.param == "ntk" else self.width * s.A + 1.0
                 TA, TB = own + sw2 * s.TA, np.zeros_like(A)
-            return _State(A, np.zeros_like(A), TA, TB, gaussian=True)
+            return _State(A, np.zeros_like(A), TA, TB, gaussian=True, G=_bias_gap(sw2 * s.A, s.G, sb2))
         if isinstance(node, ActivationLayer):
             if not s.gaussian:
                 raise ValueError(f"{_short(node)} needs a Gaussian preactivation as input; put a dense layer before it")
@@ -204,15 +264,39 @@ class _Walk:
             r = np.sqrt(v)
             d = r[:, :, None, None] * r[None, None, :, :]
             Z = np.zeros_like(s.A)
+            # dividing keeps the gap; subtracting a nonzero B would cancel in it (not carried)
+            G = s.G if (s.G is not None and not np.any(s.B)) else None
             return _State((s.A - s.B) / d, Z, None if s.TA is None else (s.TA - s.TB) / d,
-                          None if s.TA is None else Z.copy(), gaussian=s.gaussian)
+                          None if s.TA is None else Z.copy(), gaussian=s.gaussian, G=G)
         if isinstance(node, BatchNorm):
             raise ValueError("batch_norm() in a token block: Gram matrices over images are not implemented for it")
         raise ValueError(f"{_short(node)} has no Gram rule for token blocks (ResMLP / MLP-Mixer); rules exist for "
                          "dense (any axis), act, layer_norm over the channels, scale and residual")
 
+    def _token_gap(self, s, sw2, sb2):
+        """The gap of sw2 mean_t A_tt + sb2, (n, n): the token sum folded pair state by pair state."""
+        if s.G is None:
+            return None
+        T = s.A.shape[1]
+        f = _sum_gap_fn()
+        d = _diag(s.A)
+        S, S1, g = s.A[:, 0, :, 0], d[:, 0], s.G[:, 0, :, 0]
+        with np.errstate(all="ignore"):
+            for t in range(1, T):
+                M, M1 = s.A[:, t, :, t], d[:, t]
+                g = f(S1[:, None], S1[None, :], S, g, M1[:, None], M1[None, :], M, s.G[:, t, :, t])
+                S, S1 = S + M, S1 + M1
+        g = _settle(np.asarray(g)[:, None, :, None] + np.zeros((1, 1, 1, 1)), S[:, None, :, None])
+        g = g[:, 0, :, 0]
+        if sb2 == 0:
+            return g
+        M = (sw2 / T) * S
+        return _bias_gap(M[:, None, :, None], g[:, None, :, None], sb2)[:, 0, :, 0]
+
     def _token_dense(self, s, sw2, sb2):
         T = s.A.shape[1]
+        g = self._token_gap(s, sw2, sb2)
+        G = None if g is None else _token_diag(g, T) + (1.0 - _token_diag(np.ones_like(g), T))
         mA, mB = _token_mean(s.A), _token_mean(s.B)
         A, B = _token_diag(sw2 * mA + sb2, T), _token_diag(sw2 * mB + sb2, T)
         TA = TB = None
@@ -224,10 +308,10 @@ class _Walk:
                 oA, oB = T * mA + 1.0, T * mB + 1.0
             TA = _token_diag(oA + sw2 * _token_mean(s.TA), T)
             TB = _token_diag(oB + sw2 * _token_mean(s.TB), T)
-        return _State(A, B, TA, TB, gaussian=True)
+        return _State(A, B, TA, TB, gaussian=True, G=G)
 
     def _activation(self, node, s):
-        from .gram import _cached, _compile_layers, _full
+        from .gram import _NEAR, _cached, _compile_layers, _full
 
         # the activation's pair map (K1, K2, K12, Theta12) -> (E[phi phi], E[phi' phi'] Theta12), compiled from
         # its gram rule: Activation.kernel / derivative_kernel, the same code as the MLP Gram matrices
@@ -243,9 +327,21 @@ class _Walk:
 
         A, TA = pair(s.A, s.TA)
         B, TB = pair(s.B, s.TB)
-        # identical entries (x,t) = (x',t') are the one-point moments: pin them to the diagonal map (the
-        # arccos near correlation 1 would otherwise carry rounding)
-        return _State(A, B, TA, TB, gaussian=False)
+        G = None
+        if s.G is not None:
+            # the activation's gap map (the MLP Gram matrices' ``Activation.kernel_gap``); the near-(anti)parallel
+            # entries take their values from it, with K12 from the gap as in meanfield.gram
+            fg = _cached(_compile_layers, (node,), (), self.param, True, False, True)
+            if fg.carries_gap:
+                near = s.G < _NEAR
+                with np.errstate(all="ignore"):
+                    C = np.where(near, np.copysign(np.sqrt(K1 * K2 * (1 - s.G)), s.A), s.A)
+                    out = fg(K1, K2, C, one if s.TA is None else s.TA, s.G, 0.0, 0.0, 1.0)
+                A = np.where(near, _full(out[0], shape), A)
+                if TA is not None:
+                    TA = np.where(near, _full(out[1], shape), TA)
+                G = _settle(_full(out[-1], shape), A)
+        return _State(A, B, TA, TB, gaussian=False, G=G)
 
 
 def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False):
@@ -257,7 +353,7 @@ def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=Fa
     A = sw**2 * dots / d + sb**2
     Z = np.zeros_like(A)
     TA = (A.copy() if parameterization == "ntk" else dots + 1.0) if want_ntk else None
-    s = _State(A, Z, TA, Z.copy() if want_ntk else None)
+    s = _State(A, Z, TA, Z.copy() if want_ntk else None, G=_initial_gap(x, dots, sw, sb))
     walk = _Walk(_values(spec), parameterization, want_ntk, sw, sb, width)
     block = spec.block_spec()
     diag = [np.diag(_pooled(s.A)).copy()] if per_layer else None
@@ -267,6 +363,29 @@ def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=Fa
             if per_layer:
                 diag.append(np.diag(_pooled(s.A)).copy())
     return s, diag
+
+
+def _initial_gap(x, dots, sw, sb):
+    """The exact gap 1 - rho^2 of every pair of tokens after the input layer (meanfield.gram's rule: the rows'
+    projected gap, then the input Dense layer's), or None when no pair of tokens is near (anti)parallel
+    (nothing to carry; the walk is then the plain one)."""
+    from .gram import _NEAR, _input_gap, _naive_gap
+
+    n, T, d = x.shape
+    rows = x.reshape(n * T, d)
+    dd = dots.reshape(n * T, n * T)
+    sq = np.diagonal(dd).copy()
+    with np.errstate(all="ignore"):
+        K = sw**2 * sq / d + sb**2
+        close = _naive_gap(K[:, None], K[None, :], sw**2 * dd / d + sb**2) < 2 * _NEAR
+    np.fill_diagonal(close, False)
+    if not close.any() or np.any(sq == 0):
+        return None
+    with np.errstate(all="ignore"):
+        g = _input_gap(rows, rows, dd, sq, sq)
+        np.fill_diagonal(g, 0.0)
+        G = g.reshape(n, T, n, T)
+        return _bias_gap((sw**2 / d) * dots, G, sb**2)
 
 
 def _pooled(M):
