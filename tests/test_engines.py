@@ -79,7 +79,8 @@ def _kinked():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("act, tol", [("tanh", 1e-13), ("softplus", 1e-13), ("silu", 1e-13), ("gelu_tanh", 1e-11),
+# (SiLU's integrands are tanh's and softplus's kind, smooth with exp: left out for CI time, ~50 s of compiles)
+@pytest.mark.parametrize("act, tol", [("tanh", 1e-13), ("softplus", 1e-13), ("gelu_tanh", 1e-11),
                                       ("kinked", 1e-13)])
 def test_quadrature_expectations_agree(act, tol):
     """The interpreted engine's one-point expectations (numpy twins of the integrands, all nodes
