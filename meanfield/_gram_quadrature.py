@@ -63,8 +63,7 @@ Error control
   ``TOL`` of sqrt(E f^2 E g^2) (:meth:`ProductMoment._split`, ~10-15 us an
   entry: node pairs +-x share their transcendental functions, erfcx from a
   table, Gaussians stepped by multiplications, nodes whose bounded
-  contribution is below a quarter of the tolerance left out; tried after
-  the series levels kmax 32 and 64, before 128 and 256). Where f and g have one breakpoint, at 0, and are linear plus an
+  contribution is below a quarter of the tolerance left out). Where f and g have one breakpoint, at 0, and are linear plus an
   exponential on each side (ELU, SELU, their derivatives; :class:`_ExpSplit`),
   the split is taken at the breakpoint with the kinked asymptote and
   r = A e^{-lam |h|} on each side: E[b_f b_g] closed, E[r_f(u) g(v)] and
@@ -552,8 +551,6 @@ _SPLIT_STEPS = ((0.5, 0.5), (0.25, 0.25))
 _SPLIT_TAU = 1.0
 #: ... and where |K12| L_f L_g / D (the exponent of the factorised density) stays below this
 _SPLIT_EXP = 600.0
-#: the split is tried before the series levels whose kmax is above this (LEVELS)
-_SPLIT_BEFORE = 64
 #: the asymptotes are checked out to |h| = this (K <= _SPLIT_KMAX: 10 standard deviations)
 _SPLIT_HMAX = 1.0e16
 _SPLIT_KMAX = 1.0e30
@@ -1371,16 +1368,7 @@ class ProductMoment:
         if self._zero():
             out[pend] = 0.0
             pend = pend[:0]
-        split_tried = False
         for kmax, h0 in LEVELS[start:]:
-            if pend.size and kmax > _SPLIT_BEFORE and not split_tried and self._splits() is not None:
-                # a SiLU-like f and g: likewise, the split before the levels above _SPLIT_BEFORE. At n = 1000
-                # (SiLU, depth 50) the levels 128 and 256 cost a fifth of the run (coefficients of ~1000
-                # variances, the series over ~1e5 entries per call) and settled a few % of the entries the split
-                # takes anyway; level 64 stays first (it settles the moderate pairs, K ~ 10, rho ~ 0.5, of the
-                # first layers at a fraction of the split's cost)
-                pend = self._split(pend, k1, k2, k12, out)
-                split_tried = True
             if pend.size and (kmax, h0) != LEVELS[0] and self._exp_splits() is not None:
                 # an ELU-like f and g: what the first level leaves goes to the exponential split before the
                 # higher levels, whose coefficients (~1000 nodes x kmax per variance) cost more than it and
@@ -1419,7 +1407,7 @@ class ProductMoment:
                 vals[rest] = _one_point(self.f, self.g, np.union1d(self.cuts_f, self.cuts_g), u1[rest],
                                         LEVELS[0][1])
             out[idx] = vals[i1[idx]]
-        if pend.size and not split_tried:
+        if pend.size:
             pend = self._split(pend, k1, k2, k12, out)
         if pend.size:
             pend = self._conditional(pend, k1, k2, k12, out)
