@@ -60,8 +60,10 @@ Error control
   one-dimensional over r with the conditional expectation of b in closed form,
   E[r_f r_g] two-dimensional over the box where both r are nonzero, each on
   two trapezoid grids offset by half a step whose difference must be below
-  ``TOL`` of sqrt(E f^2 E g^2) (:meth:`ProductMoment._split`, ~25 us an
-  entry). Where f and g have one breakpoint, at 0, and are linear plus an
+  ``TOL`` of sqrt(E f^2 E g^2) (:meth:`ProductMoment._split`, ~10-15 us an
+  entry: node pairs +-x share their transcendental functions, erfcx from a
+  table, Gaussians stepped by multiplications, nodes whose bounded
+  contribution is below a quarter of the tolerance left out). Where f and g have one breakpoint, at 0, and are linear plus an
   exponential on each side (ELU, SELU, their derivatives; :class:`_ExpSplit`),
   the split is taken at the breakpoint with the kinked asymptote and
   r = A e^{-lam |h|} on each side: E[b_f b_g] closed, E[r_f(u) g(v)] and
@@ -631,6 +633,47 @@ class _Split:
             self._grids[step] = (a, step * self.r(a), b, step * self.r(b))
         return self._grids[step]
 
+    def cut(self, step):
+        """For the remainders' product on the grids of :meth:`grids`: per grid (R, B), R[k] = sum of |h r| over
+        the k outermost nodes at each end (k = 0 .. n // 2) and B = sum of |h r| (:func:`_split_rr`'s
+        truncation bound)."""
+        key = ("cut", step)
+        if key not in self._grids:
+            out = []
+            for w in (self.grids(step)[1], self.grids(step)[3]):
+                aw = np.abs(w)
+                n = w.size
+                R = np.zeros(n // 2 + 1)
+                for k in range(1, n // 2 + 1):
+                    R[k] = R[k - 1] + aw[k - 1] + aw[n - k]
+                out.append((R, float(aw.sum())))
+            self._grids[key] = tuple(out)
+        return self._grids[key]
+
+    def halves(self, step):
+        """The grids of :meth:`grids` as halves, for the cross terms: per grid (xp, wp, wm, w0), its positive
+        nodes xp with the weights at +xp and -xp, the weight at 0 (grid a; 0 for grid b), and the tails TA, TX
+        of :func:`_split_cross_one`'s truncation bound."""
+        key = ("halves", step)
+        if key not in self._grids:
+            out = []
+            for x, w in (self.grids(step)[:2], self.grids(step)[2:]):
+                pos = np.nonzero(x > 0)[0]
+                neg = np.searchsorted(x, -x[pos])
+                if not np.array_equal(x[neg], -x[pos]):
+                    raise AssertionError("the split's grids must be symmetric about 0")
+                zero = np.nonzero(x == 0)[0]
+                w0 = float(w[zero[0]]) if zero.size else 0.0
+                xp, wp, wm = (np.ascontiguousarray(v) for v in (x[pos], w[pos], w[neg]))
+                # from the outside in: TA[k] = sum over the pairs i >= k of |w(+x)| + |w(-x)|, TX[k] the same
+                # sum weighted by x (what leaving out the pairs from k on can change, :func:`_split_cross_one`)
+                aw = np.abs(wp) + np.abs(wm)
+                TA = np.concatenate([np.cumsum(aw[::-1])[::-1], [0.0]])
+                TX = np.concatenate([np.cumsum((aw * xp)[::-1])[::-1], [0.0]])
+                out.append((xp, wp, wm, w0, TA, TX))
+            self._grids[key] = tuple(out)
+        return self._grids[key]
+
 
 @njit(cache=True, error_model="numpy", nogil=True)
 def _cond_base(al, m, t):
@@ -673,80 +716,263 @@ def _base_pair(k1, k2, k12, D, af, ag, s0sq):
     return out
 
 
+#: exp(x^2) erfc(x) on [0, 32) for the split's cross terms: 64 panels of width 1/2, on each the degree-12
+#: polynomial (in t = 4 (x - x_k) - 1, highest power first) through the Chebyshev points; above 32 the continued
+#: fraction of :func:`_erfcx`. Filled from scipy's erfcx (Johnson's Faddeeva package) on first use;
+#: tests/test_gram_split_fast.py checks it against mpmath (<= 8 eps relative)
+_ERFCX_W = 0.5
+_ERFCX_N = 64
+_ERFCX_DEG = 12
+
+
+@functools.lru_cache(maxsize=1)
+def _erfcx_table():
+    from numpy.polynomial import chebyshev as C
+    from scipy.special import erfcx
+
+    t = np.cos(np.pi * (np.arange(_ERFCX_DEG + 1) + 0.5) / (_ERFCX_DEG + 1))
+    tab = np.empty((_ERFCX_N, _ERFCX_DEG + 1))
+    for k in range(_ERFCX_N):
+        c = C.chebfit(t, erfcx(_ERFCX_W * (k + 0.5 * (t + 1.0))), _ERFCX_DEG)
+        p = C.cheb2poly(c)
+        tab[k] = np.concatenate([p, np.zeros(_ERFCX_DEG + 1 - p.size)])[::-1]
+    tab.setflags(write=False)
+    return tab
+
+
 @njit(cache=True, error_model="numpy", nogil=True)
-def _split_cross_one(ka, kb, k12, D, al, s0sq, x, w):
-    """E[r(x) b_s(y)] on one trapezoid grid (x, weights w = h r): x ~ N(0, ka), y + s0 z | x ~
-    N(k12 x / ka, D / ka + s0^2) (kb enters through D = ka kb - k12^2)."""
+def _erfcx_fast(x, T):
+    """exp(x^2) erfc(x) for x >= 0 from the table T of :func:`_erfcx_table` (a Horner sum of 13 terms, no
+    exp, no loop: ~10x cheaper than math.erfc, whose numba implementation iterates a series or continued
+    fraction per call)."""
+    if x < _ERFCX_W * _ERFCX_N:
+        k = int(x * (1.0 / _ERFCX_W))
+        t = (2.0 / _ERFCX_W) * (x - _ERFCX_W * k) - 1.0
+        p = T[k, 0]
+        for j in range(1, T.shape[1]):
+            p = p * t + T[k, j]
+        return p
+    return _erfcx(x)
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _split_cross_one(ka, k12, D, al, s0sq, hx, T, budget):
+    """(E[r(x) b_s(y)] on one symmetric trapezoid grid, a bound on what the nodes left out contribute):
+    x ~ N(0, ka), y + s0 z | x ~ N(k12 x / ka, D / ka + s0^2) (kb enters through D = ka kb - k12^2).
+    The grid hx = (xp, wp, wm, w0, TA, TX) is given by halves (:meth:`_Split.halves`): its nodes +-xp
+    (xp > 0, ascending) with the weights wp = h r(xp), wm = h r(-xp), and w0 = h r(0) (0 where 0 is not
+    a node). A node pair +-x shares its transcendental functions: the Gaussian weight exp(-x^2 / (2 ka)),
+    phi(z) and Phi(-|z|) = erfcx(|z| / sqrt 2) phi(z) sqrt(pi / 2) at z = k12 x / (ka t)
+    (Phi(|z|) = 1 - Phi(-|z|)). The outermost pairs are left out while what they can contribute,
+    c sum |w| (|a0| + |a1|) (|mu| x + t phi(0)) + (|a2| + |a3|)) (the Gaussian weight <= 1, E[b] bounded
+    by the base's slopes and steps), stays within ``budget``; that bound is returned."""
+    xp, wp, wm, w0, TA, TX = hx
     t = math.sqrt(D / ka + s0sq)
     mu = k12 / ka
+    s = mu / t
     c = _ISQ2PI / math.sqrt(ka)
-    out = 0.0
-    for i in range(x.size):
-        if w[i] != 0.0:
-            out += w[i] * c * math.exp(-0.5 * x[i] * x[i] / ka) * _cond_base(al, mu * x[i], t)
-    return out
+    a0, a1, a2, a3 = al[0], al[1], al[2], al[3]
+    tph0 = t * _ISQ2PI
+    sl = abs(a0) + abs(a1)
+    st = abs(a2) + abs(a3)
+    n = xp.size
+    while n > 0 and c * (sl * (abs(mu) * TX[n - 1] + tph0 * TA[n - 1]) + st * TA[n - 1]) <= budget:
+        n -= 1
+    bound = c * (sl * (abs(mu) * TX[n] + tph0 * TA[n]) + st * TA[n])
+    out = w0 * ((a0 + a1) * tph0 + 0.5 * (a2 + a3))
+    # the two Gaussians on the uniform half grid by the recurrence exp(A (x + h)^2) = exp(A x^2) r,
+    # r = exp(A (2 x h + h^2)), r -> r exp(2 A h^2), restarted from exp every _REC nodes (relative error
+    # <= ~_REC^2 eps / 2 = 32 eps; an exp costs as much as the rest of a node)
+    h = xp[1] - xp[0] if xp.size > 1 else 1.0
+    Ag = -0.5 / ka
+    Ae = -0.5 * s * s
+    cg = math.exp(2.0 * Ag * h * h)
+    ce = math.exp(2.0 * Ae * h * h)
+    g = rg = e = re = 0.0
+    for i in range(n):
+        x = xp[i]
+        if i % _REC == 0:
+            g = math.exp(Ag * x * x)
+            rg = math.exp(Ag * (2.0 * x * h + h * h))
+            e = math.exp(Ae * x * x)
+            re = math.exp(Ae * (2.0 * x * h + h * h))
+        p = wp[i]
+        q_ = wm[i]
+        if p != 0.0 or q_ != 0.0:
+            w = abs(s * x)
+            q = (0.5 * _erfcx_fast(w / _SQ2, T)) * e     # Phi(-|z|)
+            big = 1.0 - q
+            tph = tph0 * e
+            m = mu * x
+            if s >= 0.0:
+                pp, pm = big, q
+            else:
+                pp, pm = q, big
+            # node +x: E[b(Y)], Y ~ N(m, t^2); node -x: m -> -m, Phi(z) <-> Phi(-z)
+            vp = a0 * (m * pp + tph) + a1 * (tph - m * pm) + a2 * pp + a3 * pm
+            vm = a0 * (tph - m * pm) + a1 * (m * pp + tph) + a2 * pm + a3 * pp
+            out += g * (p * vp + q_ * vm)
+        g *= rg
+        rg *= cg
+        e *= re
+        re *= ce
+    return c * out, bound
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _split_cross(k1, k2, k12, D, af, ag, s0sq, u, wf, v, wg):
-    """E[bf_s(u) rg(v)] + E[rf(u) bg_s(v)] on one pair of trapezoid grids (u, weights wf = h rf; v, wg = h rg)."""
-    return (_split_cross_one(k2, k1, k12, D, af, s0sq, v, wg)
-            + _split_cross_one(k1, k2, k12, D, ag, s0sq, u, wf))
+def _split_cross(k1, k2, k12, D, af, ag, s0sq, hf, hg, T, budget):
+    """E[bf_s(u) rg(v)] + E[rf(u) bg_s(v)] on one pair of symmetric trapezoid grids given by halves
+    (hf of rf, hg of rg: :meth:`_Split.halves`), and the bound on the nodes left out (budget / 2 each)."""
+    x1, e1 = _split_cross_one(k2, k12, D, af, s0sq, hg, T, 0.5 * budget)
+    x2, e2 = _split_cross_one(k1, k12, D, ag, s0sq, hf, T, 0.5 * budget)
+    return x1 + x2, e1 + e2
+
+
+#: the split's Gaussians and exponentials on its uniform grids are stepped by multiplications and restarted
+#: from exp every _REC nodes
+_REC = 8
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _split_rr(k1, k2, k12, D, u, wf, v, wg, G, E, P):
-    """E[rf(u) rg(v)] on one pair of uniform trapezoid grids (u, wf = h rf; v, wg = h rg; step u[1] - u[0]);
-    G, E, P: work arrays of v's size."""
+def _geometric(x, lo, n, c, out):
+    """out[k] = exp(c x[lo + k]) for k < n on a uniform grid x: exp at every _REC-th node, times exp(c h) in
+    between (relative error <= ~_REC eps)."""
+    if n <= 0:
+        return
+    h = x[lo + 1] - x[lo] if n > 1 else 0.0
+    q = math.exp(c * h)
+    e = 0.0
+    for k in range(n):
+        if k % _REC == 0:
+            e = math.exp(c * x[lo + k])
+        out[k] = e
+        e *= q
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _gaussian(x, lo, n, A, out):
+    """out[k] = exp(A x[lo + k]^2) for k < n on a uniform grid x (A <= 0): exp(A (x + h)^2) = exp(A x^2) r,
+    r = exp(A (2 x h + h^2)), r -> r exp(2 A h^2), restarted from exp every _REC nodes (relative error
+    <= ~_REC^2 eps / 2)."""
+    if n <= 0:
+        return
+    h = x[lo + 1] - x[lo] if n > 1 else 0.0
+    c = math.exp(2.0 * A * h * h)
+    g = r = 0.0
+    for k in range(n):
+        xk = x[lo + k]
+        if k % _REC == 0:
+            g = math.exp(A * xk * xk)
+            r = math.exp(A * (2.0 * xk * h + h * h))
+        out[k] = g
+        g *= r
+        r *= c
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _rr_rows(G, E, P, P4, f0, f1, f2, f3, m):
+    """G_j += E_j (f0 + P_j (f1 + P_j (f2 + P_j f3))), E_j *= P4_j for j < m (a function of its own: inside
+    :func:`_split_rr`'s loop LLVM left it scalar; here it is vectorised, AVX2 on this machine)."""
+    for j in range(m):
+        p = P[j]
+        G[j] += E[j] * (f0 + p * (f1 + p * (f2 + p * f3)))
+        E[j] *= P4[j]
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _rr_step(E, P4, m):
+    for j in range(m):
+        E[j] *= P4[j]
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _split_rr(k1, k2, k12, D, u, wf, v, wg, cf, cg, budget, G, E, P, P4, F):
+    """(E[rf(u) rg(v)] on one pair of uniform symmetric trapezoid grids, a bound on the nodes left out):
+    u, wf = h rf; v, wg = h rg (step u[1] - u[0]); cf = (R, B) of u's grid, cg of v's (:meth:`_Split.cut`);
+    G, E, P, P4, F: work arrays of the grids' size. The k outermost nodes at each end of u's grid are left out while
+    p_max R_f[k] B_g <= budget / 2 (p_max = 1 / (2 pi sqrt D), the density's largest value), likewise for v."""
     # E[rf(u) rg(v)]: the density exp(-(k2 u^2 - 2 k12 u v + k1 v^2) / (2 D)) / (2 pi sqrt(D)), with
-    # exp(beta u_i v_j) stepped along the uniform u grid (one multiplication per node)
+    # exp(beta u_i v_j) stepped along the uniform u grid, four rows at a time: the rows i .. i + 3 add
+    # E_j (f_i + P_j (f_i+1 + P_j (f_i+2 + P_j f_i+3))) to G_j, then E_j *= P_j^4 (one pass over G, E for
+    # four rows: the loop is bound by memory traffic, not by the multiplications)
+    Rf, Bf = cf
+    Rg, Bg = cg
+    pmax = 1.0 / (2.0 * math.pi * math.sqrt(D))
+    kf = 0
+    while kf + 1 < Rf.size and pmax * Rf[kf + 1] * Bg <= 0.5 * budget:
+        kf += 1
+    kg = 0
+    while kg + 1 < Rg.size and pmax * Rg[kg + 1] * Bf <= 0.5 * budget:
+        kg += 1
+    bound = pmax * (Rf[kf] * Bg + Rg[kg] * Bf)
     beta = k12 / D
     h = u[1] - u[0]
-    m = v.size
+    j0 = kg
+    m = v.size - 2 * kg
+    u0 = u[kf]
+    n = u.size - kf
+    # exp(beta u0 v_j), exp(beta h v_j) (geometric in j), the Gaussians in u and v: recurrences restarted
+    # from exp every _REC nodes (:func:`_geometric`, :func:`_gaussian`)
+    _geometric(v, j0, m, beta * u0, E)
+    _geometric(v, j0, m, beta * h, P)
     for j in range(m):
-        E[j] = math.exp(beta * u[0] * v[j])
-        P[j] = math.exp(beta * h * v[j])
+        p2 = P[j] * P[j]
+        P4[j] = p2 * p2
         G[j] = 0.0
-    # G[j] accumulates sum_i F_i exp(beta u_i v_j) (no reduction in the inner loop: it vectorises)
-    for i in range(u.size):
-        fi = wf[i] * math.exp(-0.5 * k2 * u[i] * u[i] / D)
-        if fi == 0.0:
-            for j in range(m):
-                E[j] *= P[j]
-            continue
-        for j in range(m):
-            G[j] += fi * E[j]
-            E[j] *= P[j]
+    _gaussian(u, kf, n - kf, -0.5 * k2 / D, F)
+    i = kf
+    while i + 4 <= n:
+        f0 = wf[i] * F[i - kf]
+        f1 = wf[i + 1] * F[i + 1 - kf]
+        f2 = wf[i + 2] * F[i + 2 - kf]
+        f3 = wf[i + 3] * F[i + 3 - kf]
+        if f0 == 0.0 and f1 == 0.0 and f2 == 0.0 and f3 == 0.0:
+            _rr_step(E, P4, m)
+        else:
+            _rr_rows(G, E, P, P4, f0, f1, f2, f3, m)
+        i += 4
+    while i < n:
+        fi = wf[i] * F[i - kf]
+        _rr_rows(G, E, P, P, fi, 0.0, 0.0, 0.0, m)
+        i += 1
+    _gaussian(v, j0, m, -0.5 * k1 / D, F)
     t4 = 0.0
     for j in range(m):
-        if wg[j] != 0.0:
-            t4 += wg[j] * math.exp(-0.5 * k1 * v[j] * v[j] / D) * G[j]
-    return t4 / (2.0 * math.pi * math.sqrt(D))
+        t4 += wg[j0 + j] * F[j] * G[j]
+    return t4 * pmax, bound
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _split_sum(k1, k2, k12, af, ag, s0sq, g1, g2, out, err):
-    """E[f(u) g(v)] = E[bf bg] + (the cross terms on the grids g1, the remainders' product on the grids g2; each
-    on the two offset grids a and b, averaged) per entry; err: |a - b| of the two parts, added.
-    g1, g2: (ua, wfa, ub, wfb, va, wga, vb, wgb) as in :meth:`_Split.grids`."""
-    ua, wfa, ub, wfb, va, wga, vb, wgb = g1
+def _split_sum(k1, k2, k12, af, ag, s0sq, h1, g2, c2, T, tol, out, err):
+    """E[f(u) g(v)] = E[bf bg] + (the cross terms on the grids h1, the remainders' product on the grids g2; each
+    on the two offset grids a and b, averaged) per entry; err: |a - b| of the two parts plus the bounds on the
+    nodes left out (at most tol / 4 in all).
+    h1: (halves of rf on grid a, of rf on grid b, of rg on a, of rg on b) as in :meth:`_Split.halves`;
+    g2: (ua, wfa, ub, wfb, va, wga, vb, wgb) as in :meth:`_Split.grids`, c2 their cuts (:meth:`_Split.cut`:
+    rf's on a and b, rg's on a and b); T: :func:`_erfcx_table`; tol: the tolerance per entry."""
+    hfa, hfb, hga, hgb = h1
     Ua, Wfa, Ub, Wfb, Va, Wga, Vb, Wgb = g2
-    n = max(Va.size, Vb.size)
+    cfa, cfb, cga, cgb = c2
+    n = max(Va.size, Vb.size, Ua.size, Ub.size)
+    F = np.empty(n)
     G = np.empty(n)
     E = np.empty(n)
     P = np.empty(n)
+    P4 = np.empty(n)
     for p in range(k1.size):
         a = k1[p]
         b = k2[p]
         c = k12[p]
         D = a * b - c * c
+        # a quarter of the tolerance for the truncations, shared by the four sums
+        bud = 0.0625 * tol[p]
         t1 = _base_pair(a, b, c, D, af, ag, s0sq)
-        xa = _split_cross(a, b, c, D, af, ag, s0sq, ua, wfa, va, wga)
-        xb = _split_cross(a, b, c, D, af, ag, s0sq, ub, wfb, vb, wgb)
-        ya = _split_rr(a, b, c, D, Ua, Wfa, Va, Wga, G, E, P)
-        yb = _split_rr(a, b, c, D, Ub, Wfb, Vb, Wgb, G, E, P)
+        xa, ea = _split_cross(a, b, c, D, af, ag, s0sq, hfa, hga, T, bud)
+        xb, eb = _split_cross(a, b, c, D, af, ag, s0sq, hfb, hgb, T, bud)
+        ya, fa = _split_rr(a, b, c, D, Ua, Wfa, Va, Wga, cfa, cga, bud, G, E, P, P4, F)
+        yb, fb = _split_rr(a, b, c, D, Ub, Wfb, Vb, Wgb, cfb, cgb, bud, G, E, P, P4, F)
         out[p] = t1 + 0.5 * (xa + xb) + 0.5 * (ya + yb)
-        err[p] = abs(xa - xb) + abs(ya - yb)
+        err[p] = abs(xa - xb) + abs(ya - yb) + ea + eb + fa + fb
     return 0
 
 
@@ -1287,11 +1513,13 @@ class ProductMoment:
         f = bf + rf with bf the piecewise-linear asymptote smoothed by N(0, S0^2). The first term is
         closed (:func:`_base_pair`: (u, v) + S0 (w1, w2) in the arc-cosine kernels), the next two are
         one-dimensional over the localised r with E[bf(u) | v] in closed form (:func:`_cond_base`), the
-        last is two-dimensional over the box where both r are nonzero (:func:`_split_grid`). Each is
+        last is two-dimensional over the box where both r are nonzero (:func:`_split_rr`). Each is
         summed by the trapezoid rule on two grids offset by half a step in both variables (r is
-        analytic, the Gaussian factors have widths >= 1, so the rule converges exponentially); an entry
-        is accepted where the two differences (cross terms, product) add up to at most TOL of
-        sqrt(E f^2 E g^2), and takes the means. Step 1/2, then 1/4 for the entries left; the others are
+        analytic, the Gaussian factors have widths >= 1, so the rule converges exponentially), the
+        outermost nodes left out where a bound on their contribution allows (at most a quarter of the
+        tolerance, :func:`_split_cross_one`, :func:`_split_rr`); an entry is accepted where the two
+        differences (cross terms, product) and those bounds add up to at most TOL of sqrt(E f^2 E g^2),
+        and takes the means. Step 1/2, then 1/4 for the entries left; the others are
         returned."""
         sp_ = self._splits()
         if sp_ is None:
@@ -1312,11 +1540,12 @@ class ProductMoment:
         for step1, step2 in _SPLIT_STEPS:
             if sel.size == 0:
                 break
-            g1 = sf.grids(step1) + sg.grids(step1)
+            h1 = sf.halves(step1) + sg.halves(step1)
             g2 = sf.grids(step2) + sg.grids(step2)
+            c2 = sf.cut(step2) + sg.cut(step2)
             val, err = np.empty(sel.size), np.empty(sel.size)
             _split_sum(np.ascontiguousarray(a[sel]), np.ascontiguousarray(b[sel]), np.ascontiguousarray(c[sel]),
-                       sf.alpha, sg.alpha, s0sq, g1, g2, val, err)
+                       sf.alpha, sg.alpha, s0sq, h1, g2, c2, _erfcx_table(), np.ascontiguousarray(scale), val, err)
             good = (err <= scale) & np.isfinite(val)
             out[pend[sel[good]]] = val[good]
             done[sel[good]] = True
