@@ -697,6 +697,20 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         return M
 
     C, T = pin(C, Ka), pin(np.array(T), Ta)
+    def input_layer_gap():
+        # the pairs' gap 1 - rho^2 after the input layer, exact from the rows as given: the input Dense
+        # layer's own gap rule (calculus._sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap
+        from .calculus import Dense
+
+        f_in = _cached(_compile_layers, (Dense(),), (), parameterization, False, False, True)
+        with np.errstate(all="ignore"):
+            gap = _full(f_in(da[:, None] / d, db[None, :] / d, dot / d, 0.0, _input_gap(a, b, dot, da, db),
+                             sw, sb, n_width)[-1], C.shape)
+            # a zero row (h = b) has no angle; its pair is not near-parallel either: the rounded gap is exact enough
+            zero = (da[:, None] == 0) | (db[None, :] == 0)
+            gap[zero] = _naive_gap(Ka[:, None], Kb[None, :], C)[zero]
+        return gap
+
     # the pairs that go through the gap-carrying map (``near``, 1 - rho^2 < _NEAR) and their gap ``S`` (meaningful
     # on ``near`` only)
     near = S = None
@@ -713,28 +727,11 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         close[rows, cols] = False
         np.fill_diagonal(close, False)
         if close.any():
-            from .calculus import Dense
-
-            f_in = _cached(_compile_layers, (Dense(),), (), parameterization, False, False, True)
-            with np.errstate(all="ignore"):
-                S0 = _full(f_in(da[:, None] / d, db[None, :] / d, dot / d, 0.0, _input_gap(a, b, dot, da, db),
-                                sw, sb, n_width)[-1], C.shape)
-                zero = (da[:, None] == 0) | (db[None, :] == 0)
-                S0[zero] = _naive_gap(Ka[:, None], Kb[None, :], C)[zero]
+            S0 = input_layer_gap()
             S0[rows, cols] = 0.0       # identical rows: parallel
             walk.S = np.clip(S0, 0.0, 1.0)
     if not batch and fg is not None:
-        # the pair's gap 1 - rho^2 after the input layer, exact from the rows as given: the input Dense
-        # layer's own gap rule (calculus._sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap
-        from .calculus import Dense
-
-        f_in = _cached(_compile_layers, (Dense(),), (), parameterization, False, False, True)
-        with np.errstate(all="ignore"):
-            S = _full(f_in(da[:, None] / d, db[None, :] / d, dot / d, 0.0, _input_gap(a, b, dot, da, db),
-                           sw, sb, n_width)[-1], C.shape)
-            # a zero row (h = b) has no angle; its pair is not near-parallel either: the rounded gap is exact enough
-            zero = (da[:, None] == 0) | (db[None, :] == 0)
-            S[zero] = _naive_gap(Ka[:, None], Kb[None, :], C)[zero]
+        S = input_layer_gap()
         S[rows, cols] = 1.0
         S = np.maximum(S, 0.0)
         near = S < _NEAR
