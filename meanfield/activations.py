@@ -735,7 +735,7 @@ class Elu(Activation):
     expressions are Piecewise: a power series below K = 1/5 and the Mills
     ratio series past a^2 K / 2 = 300 (:func:`_tilt`, :func:`_neg_part_moments`). The
     two-point kernels involve the bivariate normal CDF and are left to
-    quadrature. Checked against mpmath in tests/test_activations_new.py.
+    quadrature. Checked against mpmath in tests/test_activations_piecewise.py.
     """
 
     alpha: sp.Expr = sp.Integer(1)
@@ -771,7 +771,7 @@ class HardTanh(Activation):
     one series in 1/sqrt(2K): see :meth:`second_moment`).
 
     Two-point kernels are left to quadrature. Checked against mpmath in
-    tests/test_activations_new.py.
+    tests/test_activations_piecewise.py.
     """
 
     def second_moment(self, K):

@@ -159,6 +159,7 @@ def test_registry_definitions_match_hand_written(name):
                 assert abs(mpf(d3.subs(x, hv)) - ref["d3"](mp.mpf(h))) < 1e-25
 
 
+@pytest.mark.slow
 def test_conditional_means_against_quadrature():
     # the textbook one-dimensional formulas the two-point references rest on
     for name, (_, ref) in CLOSED.items():
@@ -351,6 +352,7 @@ def test_fallback_one_point(name):
     np.testing.assert_allclose(direct, got[0], rtol=1e-14)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["silu", "softplus"])
 @pytest.mark.parametrize("K0", [1e3, 1e5])
 def test_compiled_recursion_at_large_K(name, K0):
@@ -417,6 +419,7 @@ _C, _A = mp.sqrt(2 / mp.pi), mp.mpf("0.044715")
     ("gelu_tanh", lambda h: (1 + mp.tanh(_C * (h + _A * h**3))) / 2
      + h / 2 * mp.sech(_C * (h + _A * h**3)) ** 2 * _C * (1 + 3 * _A * h**2)),
 ])
+@pytest.mark.slow
 def test_step_like_derivative_moment_at_huge_K(name, d1):
     # E[phi'(h)^2] -> 1/2 + O(K^-1/2) for ReLU-like phi: at K = 1e12..1e22 the structure at |h| ~ 1 is
     # 1e-6..1e-11 of the value and the exp-sinh rule from h = 0 spaces its nodes by ~2x there: the

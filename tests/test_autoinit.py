@@ -136,6 +136,7 @@ def test_relu_mlp_from_sigma_w_3_exact_check():
 # --------------------------------------------------------------------------- other architectures
 
 
+@pytest.mark.slow
 def test_gelu_mlp_with_biases():
     model = mlp(6, 128, 64, 2.0, sigma_b=0.5, act=nn.GELU, seed=5)
     x = data(256, 64)
@@ -188,6 +189,7 @@ def test_small_vgg19_bn():
 # --------------------------------------------------------------------------- modes, report, persistence
 
 
+@pytest.mark.slow
 def test_user_model_untouched_and_freeze_equals_rescale():
     model = mlp(3, 32, 16, 1.0, bn=True, seed=7)
     model.train()
@@ -239,6 +241,7 @@ def test_save_and_apply_to_fresh_instance(tmp_path):
         load_scales(tmp_path / "bad.json")
 
 
+@pytest.mark.slow
 def test_report_contents_and_plot():
     import matplotlib
 

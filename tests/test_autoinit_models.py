@@ -60,6 +60,7 @@ def test_relu_resmlp_apjn_matches_paper_eq72():
     assert m.J[2::2] == pytest.approx([token], rel=0.05)
 
 
+@pytest.mark.slow
 def test_mixer_autoinit_moves_towards_criticality():
     mx = MLPMixer(img_size=16, patch_size=4, dim=16, depth=2, tokens_hidden=16, channels_hidden=32,
                   num_classes=10, seed=0)

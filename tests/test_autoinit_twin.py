@@ -122,6 +122,7 @@ def _grad_and_fd(norm, loss, lam, fix=True, act=nn.Tanh, conv=False):
     # the twin's own ReLU and Linear tangent rules (_ReLU, _Linear), where J depends on the scales through the
     # weights only and the kernel term through the primal pass; LayerNorm after the Linear, BatchNorm before ReLU
     (None, "jll", 0.0, nn.ReLU), (None, "jkl", 0.5, nn.ReLU), ("bn", "jkl", 0.5, nn.ReLU), ("ln", "jkl", 0.5, nn.ReLU)])
+@pytest.mark.slow
 def test_scale_gradients_match_finite_differences(norm, loss, lam, act):
     grad, fd = _grad_and_fd(norm, loss, lam, act=act)
     torch.testing.assert_close(grad, fd, rtol=1e-6, atol=1e-9)

@@ -117,6 +117,7 @@ def test_fixed_point_and_chi_J_against_mpmath(name, sw, sb, mu, ln):
 
 @pytest.mark.parametrize("name, sw, sb, mu", [("gelu", 1.37, 0.23, 0.7), ("tanh", 1.1, 0.4, 0.5),
                                               ("selu", 0.9, 0.3, 0.6)])
+@pytest.mark.slow
 def test_ln_post_fixed_point_and_chi_J_against_mpmath(name, sw, sb, mu):
     """LayerNorm after phi: h' = mu h + W LN(phi(h)) + b, E[LN(.)^2] = 1, so
     K* = (sigma_w^2 + sigma_b^2) / (1 - mu^2) and chi_J* = mu^2 + sigma_w^2 E[phi'(h)^2] / Var[phi(h)]
@@ -132,6 +133,7 @@ def test_ln_post_fixed_point_and_chi_J_against_mpmath(name, sw, sb, mu):
     assert mf.chi_J(arch, sigma_w=sw, sigma_b=sb) == pytest.approx(float(chi), rel=1e-13)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, sw, mu", [("erf", 1.37, 0.0), ("tanh", 1.93, 0.0), ("gelu", 1.3, 0.37)])
 def test_critical_line_against_mpmath(name, sw, mu):
     arch = mf.Architecture(name, mu=mu or None)

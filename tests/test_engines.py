@@ -190,6 +190,7 @@ def _fresh_process(code, cache):
     return out
 
 
+@pytest.mark.slow
 def test_small_first_call_does_not_import_numba(tmp_path):
     """A fresh process answers a small request without numba (and without scipy.optimize)."""
     code = ("import sys, meanfield as mf\n"
@@ -206,6 +207,7 @@ def test_small_first_call_does_not_import_numba(tmp_path):
     assert float(sw) == pytest.approx(np.sqrt(np.pi) / 2, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_first_quadrature_critical_point_does_not_compile(tmp_path):
     """tanh has no closed-form moments: its critical point needs ~10^4 Gaussian quadratures,
     which a fresh process answers with the numpy engine, without importing numba."""
@@ -219,6 +221,7 @@ def test_first_quadrature_critical_point_does_not_compile(tmp_path):
     assert float(sw) == pytest.approx(1.0, rel=1e-12) and float(K) == 0.0
 
 
+@pytest.mark.slow
 def test_cli_theory_command_imports_neither_torch_nor_numba(tmp_path):
     """`meanfield critical-point` builds its parser without torch and answers erf without numba."""
     code = ("import sys\nsys.argv = ['meanfield', 'critical-point', '--activation', 'erf']\n"
@@ -230,6 +233,7 @@ def test_cli_theory_command_imports_neither_torch_nor_numba(tmp_path):
     assert out.stdout.split()[-2:] == ["False", "False"]
 
 
+@pytest.mark.slow
 def test_user_activation_with_a_special_function_on_both_engines():
     """phi = erf(x) + x/2 as a user expression (no closed form is looked up, so both engines
     integrate it): the interpreted engine's numpy twin once printed erf as math.erf, which raised

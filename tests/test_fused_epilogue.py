@@ -10,6 +10,7 @@ from meanfield.torch import _fused, networks  # noqa: E402
 pytestmark = pytest.mark.torch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("shape", [(3, 5, 1, 1, 37), (2, 4, 3, 6, 9), (1, 1, 2, 1, 1)])
 @pytest.mark.parametrize("kernel", ["_affine", "_affine_serial"])
@@ -50,6 +51,7 @@ def test_monte_carlo_is_unchanged_by_the_fusion(name, kw, monkeypatch):
         np.testing.assert_array_equal(runs[True].samples[k], runs[False].samples[k])
 
 
+@pytest.mark.slow
 def test_erf32_is_within_0p54_ulp_of_erf():
     """Against scipy's float64 erf (an independent implementation) on 2.4 M float32 points, +-inf and NaN."""
     from scipy.special import erf

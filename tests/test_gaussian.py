@@ -101,6 +101,7 @@ SMOOTH = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SMOOTH))
 def test_expect_smooth_integrands_match_mpmath(name):
     f, fm = SMOOTH[name]
@@ -110,6 +111,7 @@ def test_expect_smooth_integrands_match_mpmath(name):
     assert rel_err(got, ref) < 1e-14
 
 
+@pytest.mark.slow
 def test_mp_expect_reference_is_accurate():
     # the reference itself, against exact values, at its working precision
     with mp.workdps(40):
@@ -188,6 +190,7 @@ def test_expect2_exact_integrals_across_correlations():
     assert rel_err(got, k1 * k2 + 2 * k12**2) < 1e-14
 
 
+@pytest.mark.slow
 def test_expect2_matches_mpmath_trapezoid(mp_smooth2):
     a = lambda t: mp.tanh(t)  # noqa: E731
     for k1, k2, rho in ((1.0, 2.0, 0.7), (0.3, 3.0, -0.9), (4.0, 4.0, 0.999)):
@@ -197,6 +200,7 @@ def test_expect2_matches_mpmath_trapezoid(mp_smooth2):
         assert abs(got - ref) < 1e-13 * abs(ref)
 
 
+@pytest.mark.slow
 def test_mp_smooth2_reference_is_accurate(mp_smooth2):
     # the test's own 2-D reference, against the exact sin kernel and at two steps
     phi = lambda t: mp.sin(t) + t / 2  # noqa: E731

@@ -152,6 +152,7 @@ def test_diagonal_is_kernel_profile(key):
 # ---------------------------------------------------------------------------
 # Structure: symmetric, PSD, finite where neural-tangents is known to fail.
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["relu", "erf", "gelu ln_pre", "gelu ln_post", "tree"])
 def test_symmetric_psd(key):
     rng = np.random.default_rng(2)
@@ -177,6 +178,7 @@ def test_x2_is_the_cross_block():
 
 @pytest.mark.parametrize("name, sw, sb, depth", [("relu", 2.0, 0.0, 60), ("erf", 4.0, 0.0, 500),
                                                  ("erf", 1.0, 0.0, 300), ("gelu", 3.0, 0.5, 10)])
+@pytest.mark.slow
 def test_finite_near_correlation_one_and_deep_chaos(name, sw, sb, depth):
     x = np.array([[1.0, 0.0], [1.0, 1e-9], [2.0, 1e-15], [3.0, 0.0], [-1.0, 0.0]])
     r = kernels(name, x, depth=depth, sigma_w=sw, sigma_b=sb)
@@ -291,6 +293,7 @@ def test_batchnorm_step_against_sampling():
     assert np.abs(T0).max() < 1e-13
 
 
+@pytest.mark.slow
 def test_batchnorm_symmetric_batch_is_the_pair_calculus():
     """Equal norms and equal overlaps: BN maps the diagonal to 1, so K^l(x, x) is kernel_profile's (K, K12) -> (1, 0)."""
     n = 6
@@ -307,6 +310,7 @@ def test_batchnorm_symmetric_batch_is_the_pair_calculus():
             assert ev.min() >= -1e-12 * ev.max()
 
 
+@pytest.mark.slow
 def test_batchnorm_relu_ntk_growth_is_pi_over_pi_minus_one():
     # Yang et al. 2019 (a mean field theory of batch normalization): ReLU + BN explodes gradients at
     # pi / (pi - 1) per layer at large batch; here from orthogonal inputs, where K^l is constant
@@ -376,6 +380,7 @@ def _agree(emp, ana, se, rel_bias):
 MC_CASES = [("relu", "ntk"), ("erf", "standard"), ("gelu ln_post", "ntk")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key, param", MC_CASES)
 def test_monte_carlo_shallow(key, param):
     pytest.importorskip("torch")

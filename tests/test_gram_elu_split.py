@@ -159,6 +159,7 @@ _NARROW = [(50.0, 60.0, 1 - 1e-9), (0.5, 0.7, 0.3), (0.05, 20.0, 0.9), (2.0, 3.0
 @pytest.mark.parametrize("name, K1, K2, rho", [("elu", *_GRID[0]), ("dselu", *_GRID[1]), ("selu", *_GRID[2]),
                                                ("delu", *_GRID[3]), ("dselu", *_GRID[4]),
                                                ("dselu", *_NARROW[0]), ("selu", *_NARROW[1])])
+@pytest.mark.slow
 def test_exp_split_against_mpmath(name, K1, K2, rho):
     _check(name, K1, K2, rho)
 

@@ -9,6 +9,7 @@ agree to 4e-15 of the sum of |terms|).
 """
 import mpmath as mp
 import numpy as np
+import pytest
 from numpy.polynomial.hermite_e import hermegauss
 
 import meanfield as mf
@@ -39,6 +40,7 @@ def _pair(K1, K2, K12, n):
     return T.sum(), np.abs(T).sum()
 
 
+@pytest.mark.slow
 def test_gelu_tanh_gram_against_independent_quadrature():
     rng = np.random.default_rng(8)
     X = rng.standard_normal((3, 6)) * np.array([[0.5], [1.0], [2.0]])
@@ -60,6 +62,7 @@ def test_gelu_tanh_gram_against_independent_quadrature():
         assert abs(k.nngp[i, j] - ref) <= 1e-14 * scale, (i, j, k.nngp[i, j], ref)
 
 
+@pytest.mark.slow
 def test_gelu_tanh_gram_diagonal_matches_kernel_profile():
     """Depth 12, both kernels: the diagonal of the NNGP is the one-point recursion of kernel_profile."""
     rng = np.random.default_rng(9)

@@ -29,6 +29,7 @@ def _pair(gap, scale, seed=0, d=8):
     return x, scale * (c * x + s * e)
 
 
+@pytest.mark.slow
 def test_reference_closed_forms_against_quadrature():
     # the mpmath reference's arc-cosine, Williams erf and GELU kernels against quadrature of conditional
     # expectations, at 1 - rho = 1e-12 and 1 + rho = 1e-12, equal and different variances
@@ -87,6 +88,7 @@ GELU_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(GELU_CASES))
 @pytest.mark.parametrize("gap", [1e-6, 1e-9, 1e-12, 1e-15, -1e-12])
 def test_gelu_near_parallel_deep(case, gap):
@@ -153,6 +155,7 @@ def _mp_gap(name, K1, K2, gap, sign, dps=50):
         return 1 - M * M / (one(K1)[0] * one(K2)[0]), K12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["relu", "leaky_relu", "abs", "erf", "gelu"])
 def test_kernel_gap_against_mpmath(name):
     import sympy as sp
@@ -177,6 +180,7 @@ def test_kernel_gap_against_mpmath(name):
     assert worst < 1e-13, worst
 
 
+@pytest.mark.slow
 def test_gelu_kernel_gap_small_and_huge_K():
     # Gelu.kernel_gap at K = 1e-6 ... 1e12 (two forms, switching at sqrt(K1 K2) = 2), inputs of equal norms,
     # norms 1 : 1 + 1e-10 ... 1 : 5, 1 -+ rho = 1e-30 ... 1: relative 1e-13, or within the change that a

@@ -97,6 +97,7 @@ def _check_value(name, K1, K2, rho, ref, tol, v):
     (1e-3, 50.0, 1.0 - 1e-12),       # very different norms
     (1e3, 800.0, 0.0),               # large K (deep in the chaotic phase)
 ])
+@pytest.mark.slow
 def test_against_mpmath_1d_references(name, K1, K2, rho):
     _check(name, K1, K2, rho, _ref_1d(name, K1, K2, rho), 1e-12)
 
@@ -108,6 +109,7 @@ def test_large_K_near_parallel(name):
     _check(name, 1e3, 800.0, 1.0 - 1e-12, _ref_1d(name, 1e3, 800.0, 1.0 - 1e-12), 1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["silu", "dsilu"])
 def test_conditional_rule_against_nested_engine(name):
     """The entries the series leaves at large K (1 - rho = 1e-4 .. 1e-8, sigma = 0.01 .. 4, and rho ~ 0.92,
@@ -154,6 +156,7 @@ def test_against_mpmath_2d(name, K1, K2, rho):
     _check(name, K1, K2, rho, _ref_2d(name, K1, K2, rho), 1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tanh", "dtanh", "silu", "dsilu"])
 def test_hermite_coefficients_against_mpmath(name):
     """a_k(K) = E[f(sqrt(K) z) He_k(z)] / sqrt(k!) from both rules (the trapezoid in z for K <= 16, the
@@ -231,6 +234,7 @@ def test_refused_when_no_rule_converges():
         ProductMoment(f, f, same=True)(np.array([1e4]), np.array([1e4]), np.array([5e3]))
 
 
+@pytest.mark.slow
 def test_agrees_with_the_nested_engine_for_kinked_activations():
     # ELU (a kink in phi') and softplus: the series against the package's general nested engine
     for name in ("elu", "softplus"):
@@ -260,6 +264,7 @@ def _inputs(n=40, d=10, seed=2):
 
 @pytest.mark.parametrize("act, sw, sb", [("tanh", 1.5, 0.1), ("silu", 1.7, 0.2), ("tanh", 4.0, 0.0),
                                          ("selu", 1.2, 0.1)])
+@pytest.mark.slow
 def test_symmetric_psd_finite(act, sw, sb):
     x = _inputs()
     r = mf.kernels(act, x, depth=10, sigma_w=sw, sigma_b=sb)
@@ -405,6 +410,7 @@ def _check_split(nf, ng, K1, K2, rho, via_split=True):
 # base-pair closed forms: E[psi_p(u) psi_q(v)] for the four pieces psi = relu(h), relu(-h), 1{h>0}, 1{h<0},
 # against mpmath: the outer integral by quadrature, the inner E[psi_q(v) | u] from the conditional Gaussian
 # (itself checked against quadrature below)
+@pytest.mark.slow
 @pytest.mark.parametrize("K1, K2, rho", [(2.0, 3.0, 0.6), (0.7, 5.0, -0.8), (50.0, 40.0, 0.95)])
 def test_split_base_pair_closed_forms(K1, K2, rho):
     from meanfield._gram_quadrature import _base_pair
@@ -451,6 +457,7 @@ _SPLIT_FAST = [("silu", "silu", 100.0, 300.0, 0.9), ("dsilu", "dsilu", 1e4, 5e3,
                ("silu", "dsilu", 200.0, 150.0, 0.9)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nf, ng, K1, K2, rho", _SPLIT_FAST)
 def test_split_against_mpmath(nf, ng, K1, K2, rho):
     _check_split(nf, ng, K1, K2, rho)
@@ -476,6 +483,7 @@ def test_split_activations_narrow_against_mpmath(name, K1, K2, rho):
     _check_split(name, name, K1, K2, rho, via_split=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["silu", "dsilu", "softplus", "gelu_tanh"])
 @pytest.mark.parametrize("K", [1.0, 100.0, 1e4])
 def test_split_activations_near_parallel(name, K):
@@ -572,5 +580,6 @@ def test_gram_silu_growing_phase_against_mpmath_recursion(monkeypatch):
 @pytest.mark.parametrize("nf, ng, K1, K2, rho", [("silu", "silu", 1e8, 3e8, 0.9),
                                                   ("dsilu", "dsilu", 1e12, 5e11, 0.97),
                                                   ("gelu_tanh", "gelu_tanh", 1e16, 2e16, 0.3)])
+@pytest.mark.slow
 def test_split_against_mpmath_huge_K(nf, ng, K1, K2, rho):
     _check_split(nf, ng, K1, K2, rho)

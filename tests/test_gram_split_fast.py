@@ -46,6 +46,7 @@ def _silu_split():
             gq._Split.of(numpy_function(sp.Lambda(x, sp.diff(silu, x))), np.zeros(0)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", [0, 1])
 def test_truncation_bound_is_honest(which):
     """The cross terms and E[r r] with nodes left out differ from the untruncated sums (computed here in

@@ -37,6 +37,7 @@ def _diag(M):
 # ---------------------------------------------------------------------------
 # Against the single-input recursions.
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("act, sw, sb, mu", [("gelu", 1.3, 0.2, 0.5), ("relu", 1.1, 0.4, 0.8), ("erf", 1.5, 0.0, 0.3)])
 def test_mixer_diagonal_is_the_single_input_recursion(act, sw, sb, mu):
     """Equal-norm tokens: A[(x,t),(x,t)] = K^l and B[(x,t),(x,t)] = K12^l of the pair-of-channels recursion."""
@@ -54,6 +55,7 @@ def test_mixer_diagonal_is_the_single_input_recursion(act, sw, sb, mu):
         np.testing.assert_allclose(_diag(st["B"]), th["K12"][-1], rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.slow
 def test_resmlp_image_pair_is_the_single_input_pair_recursion():
     """ResMLP, two images with equal-norm tokens and the same overlap rho at every token: the same-token
     entries A[(x,t),(x',t)] are K12^l of the pair-of-inputs recursion, the diagonal K^l."""
@@ -252,6 +254,7 @@ def test_token_sign_flip_makes_the_kernels_token_diagonal():
     assert np.abs(Th[:, t, :, 0]).max() > 1e-3 * np.abs(Th).max()    # the cross-token block is not 0 per draw
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key, param", [("mixer erf", "ntk"), ("resmlp erf", "standard")])
 def test_monte_carlo_shallow(key, param):
     """Exact regime (sigma_b = 0, erf, tokens orthogonal across positions), depth 4, width 256, T = 16."""

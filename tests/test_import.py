@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
@@ -23,6 +25,7 @@ def _run(args):
                           timeout=120, check=True)
 
 
+@pytest.mark.slow
 def test_importtime_shows_no_torch():
     out = _run(["-X", "importtime", "-c", "import meanfield"])
     modules = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()
@@ -31,6 +34,7 @@ def test_importtime_shows_no_torch():
     assert not [m for m in modules if m == "torch" or m.startswith("torch.")]
 
 
+@pytest.mark.slow
 def test_import_is_fast():
     runs = []
     for _ in range(3):

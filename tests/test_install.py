@@ -39,6 +39,7 @@ def test_every_option_of_every_subcommand_has_help():
         assert "Exit status" in text, name
 
 
+@pytest.mark.slow
 def test_version_matches_metadata():
     import meanfield
 
@@ -89,6 +90,7 @@ def test_ci_runs_the_suite_outside_the_checkout_on_a_regular_install():
 # ---------------------------------------------------------------------------
 # The cache folder.
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cache_info_and_clear(tmp_path):
     cache = tmp_path / "cache"
     (cache / "numba" / "meanfield_x").mkdir(parents=True)

@@ -156,6 +156,7 @@ def _extrapolate(rows):
     return float(a), math.sqrt(cov[0, 0])
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_hand_mixer_small_agrees_with_package_monte_carlo_distribution():
     """Fast sanity check of the hand-written network: its J^{1,2} and K^1 at width 32 are

@@ -31,6 +31,7 @@ SMALL = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build,sw,sb", SMALL, ids=["rms-pre", "rms-post-res", "selu", "elu", "hardtanh"])
 def test_small(build, sw, sb):
     _agree(build(), sw, sb, depth=6, width=128, n_init=16)

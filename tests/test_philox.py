@@ -106,6 +106,7 @@ def test_float32_is_the_float64_stream_rounded():
     np.testing.assert_array_equal(a.astype(np.float32), b)
 
 
+@pytest.mark.slow
 def test_streams_are_standard_normal():
     """4 M draws: first four moments within 5 standard errors, and a KS test."""
     from scipy import stats
@@ -157,6 +158,7 @@ def test_bad_arguments():
         ph.fill_normal(np.empty((1, 3), np.int32), 0, [0], 0)
 
 
+@pytest.mark.slow
 def test_threaded_and_serial_kernels_agree():
     """Small draws use the one-thread kernel, large ones the threaded one: the numbers are the same."""
     inits = np.arange(3, dtype=np.uint32)

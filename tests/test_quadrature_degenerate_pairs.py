@@ -72,6 +72,7 @@ def _recursion(x, y, depth, sw, mu):
     return K12, T, K1, K2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth, mu", [(2, None), (4, 0.7)])
 def test_hardtanh_parallel_and_antiparallel_pairs(depth, mu):
     """x, -0.6 x, 2 x and x + 1e-13 e: every entry against mpmath within 1e-13 of its scale (the NTK of
@@ -94,6 +95,7 @@ def test_hardtanh_parallel_and_antiparallel_pairs(depth, mu):
             assert abs(k.ntk[i, j] - T) <= tol * scale, (i, j, float(k.ntk[i, j]), float(T))
 
 
+@pytest.mark.slow
 def test_compiled_pair_engine_on_an_antiparallel_pair():
     """kernel_profile's pair state (the compiled nested engine) at K12 = -K for hardtanh with a residual:
     K12^l = -K^l exactly by symmetry (hardtanh is odd), layer after layer."""

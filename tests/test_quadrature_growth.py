@@ -22,6 +22,7 @@ CLOSED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("K", [3.0, 15.0, 30.0])
 @pytest.mark.parametrize("name", sorted(CLOSED))
 def test_gram_against_closed_forms(name, K):

@@ -55,6 +55,7 @@ def results():
     return _results()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ext", ["json", "npz"])
 def test_every_result_round_trips(results, tmp_path, ext):
     for name, r in results.items():
@@ -150,6 +151,7 @@ def test_nan_is_never_chaotic(monkeypatch):
     assert data["phase_names"][0][3:5] == ["divergent", "undetermined"] and data["phase_codes"]["2"] == "divergent"
 
 
+@pytest.mark.slow
 def test_softplus_points_without_a_limit_are_not_chaotic():
     """The case of the report: softplus rows `inf,nan,nan` were labelled chaotic."""
     pd = mf.phase_diagram(activation="softplus", sigma_w=np.linspace(1.0, 3.0, 5), sigma_b=[0.0, 1.0])

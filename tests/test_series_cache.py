@@ -14,6 +14,7 @@ ARCHS = [mf.Architecture(activation="erf"), mf.Architecture(activation="gelu"),
          mf.Architecture(activation="tanh"), mf.Architecture(activation="tanh", norm="ln_pre", mu=0.7)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS, ids=str)
 def test_cached_derivatives_round_trip(arch):
     spec = lines._derivatives_source(arch, 3)
@@ -36,6 +37,7 @@ def _central(f, K, n, h):
     return (f(K + 2 * h) - 2 * f(K + h) + 2 * f(K - h) - f(K - 2 * h)) / (2 * h ** 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS[:3], ids=str)
 def test_cached_derivatives_are_derivatives(arch):
     """d^n F / dK^n from the cache against central differences of F itself (30 digits, so the

@@ -134,6 +134,7 @@ def test_erf_critical_line_and_eq126():
     assert np.allclose(np.asarray(line), line.sigma_b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mu", [0.5, 0.9])
 def test_erf_residual_line_eq142(mu):
     sws = np.array([1.0, 1.5, 3.0])
@@ -154,6 +155,7 @@ def test_line_solved_for_sigma_w():
     assert line.solved_for == "sigma_w" and np.allclose(np.asarray(line), line.sigma_w)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("slope", [0.0, 0.01, 0.2])
 @pytest.mark.parametrize("mu", [None, 0.5])
 def test_scale_invariant_lines_and_points(slope, mu):
@@ -188,6 +190,7 @@ def test_ln_pre_lines(mu):
             assert close(sb, slope * sw)
 
 
+@pytest.mark.slow
 def test_ln_post_relu_line():
     sws = np.array([0.3, 1.0, 3.0])
     line = mf.critical_line(activation="relu", norm="ln_post", sigma_w=sws)
@@ -276,6 +279,7 @@ def test_erf_critical_point(mu):
     assert pts[0].K_star == 0 and pts[0].unit_input_reaches == 0
 
 
+@pytest.mark.slow
 def test_no_critical_points():
     assert len(mf.critical_point(activation="erf", norm="ln_pre")) == 0
     assert len(mf.critical_point(activation="relu", norm="ln_post")) == 0

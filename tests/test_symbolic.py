@@ -63,6 +63,7 @@ def test_erf_recursions_eqs_121_123():
     assert same(rec.chi_Delta, -8 * sw**2 / (pi * (1 + 4 * K) ** sp.Rational(3, 2)))
 
 
+@pytest.mark.slow
 def test_gelu_recursions_eqs_152_154():
     rec = mf.recursion(activation="gelu")
     G = K / 4 + K / (2 * pi) * asin(K / (1 + K)) + K**2 / (pi * (1 + K) * sqrt(1 + 2 * K))
@@ -262,6 +263,7 @@ def test_resmlp_gelu_apjn_eq_69():
                     simplify=False)
 
 
+@pytest.mark.slow
 def test_architecture_defaults_for_resmlp_and_mixer():
     rec = mf.recursion(activation="relu", block="resmlp")
     assert rec.architecture.mu == 1.0 and rec.architecture.eps == 0.1

@@ -29,6 +29,7 @@ _PROGRAM = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_threaded_kernels_keep_torch_at_one_thread():
     env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS=str(max(2, os.cpu_count() or 2)))
     out = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=300)

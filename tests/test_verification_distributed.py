@@ -116,12 +116,14 @@ def test_deep_wide_float32_phase_diagram_on_cluster_is_bit_identical(client):
     assert _same(phase_diagram(ERF, sw, sb, client=client, init_chunk=1, **kw), ref)
 
 
+@pytest.mark.slow
 def test_worker_budgets_respect_their_memory_limit(client):
     limits = client.run(lambda dask_worker: dask_worker.memory_manager.memory_limit)
     budget = mfd._cluster_budget(client, "cpu")
     assert 0 < budget <= 0.5 * min(limits.values())
 
 
+@pytest.mark.slow
 def test_phase_diagram_split_over_points_matches_the_same_serial_split(client):
     # a budget that holds 5 of the 12 points per initialisation forces shards over points (with a warning)
     T = 1
@@ -255,6 +257,7 @@ class _Killer(threading.Thread):
         self.join(5)
 
 
+@pytest.mark.slow
 def test_killed_worker_loses_no_shard(client, tmp_path):
     client.wait_for_workers(2, timeout=120)
     kw = dict(PD, n_init=16, width=128, depth=8)

@@ -71,6 +71,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch,sw,sb,batch", CASES, ids=[str(c[0]) for c in CASES])
 def test_monte_carlo_agrees_with_theory(arch, sw, sb, batch):
     depth, width = 6, 128
@@ -148,6 +149,7 @@ def test_unavailable_cuda_and_bn_batch_raise():
         phase_diagram("relu", [1.0], [0.0], depth=1, width=8, n_init=2)
 
 
+@pytest.mark.slow
 def test_import_meanfield_does_not_import_torch():
     import subprocess
     import sys

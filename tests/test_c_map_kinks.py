@@ -12,6 +12,7 @@ import pytest
 from meanfield import shaping
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation", ["selu", "hardtanh"])
 @pytest.mark.parametrize("c", [0.5, 1.0])
 def test_second_derivative_refused_where_phi_prime_jumps(activation, c):
@@ -21,6 +22,7 @@ def test_second_derivative_refused_where_phi_prime_jumps(activation, c):
     assert 0 < shaping.c_map_derivative(activation, c, order=1) < 2
 
 
+@pytest.mark.slow
 def test_elu_second_derivative_against_mpmath():
     # ELU: phi'' = e^x on x < 0 and 0 on x > 0 (no delta: phi'(0-) = phi'(0+) = 1); q1 = q2 = 1, c = 1/2
     c = mp.mpf(1) / 2

@@ -33,6 +33,7 @@ def _dphi(h):
     return 1 + 3 * h**2 / 10
 
 
+@pytest.mark.slow
 def test_unbounded_limits_are_inf():
     # sigma_w = 0.9, sigma_b = 0: the unit input K^1 = 0.81 lies above the unstable fixed point
     # K_u (F(K_u) = K_u > 0), so K^l diverges; chi_J(K) = sigma_w^2 E_K[phi'^2] grows like K^2.
@@ -53,6 +54,7 @@ def test_unbounded_limits_are_inf():
     assert st.chi_J[1] == pytest.approx(float(sw**2 * _moment(lambda h: _dphi(h)**2, K)), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation", ["relu", "selu"])
 def test_bounded_limits_unchanged(activation):
     # linear growth: chi_J^l -> sigma_w^2 (a_+^2 + a_-^2)/2 + mu^2 (a_- = 0; SELU lambda^2 (1 + 0)/2 for x > 0)

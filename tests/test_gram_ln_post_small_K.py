@@ -6,7 +6,7 @@ K ~ 1e-6 the old code was 1e-9 off (NNGP and NTK), at K ~ 1e-10 the sigmoid's Gr
 5e-5 off and softplus's were refused (Cauchy-Schwarz broken). The activation now supplies the
 covariances of psi = phi - phi(0) (``Activation.centred_kernel``), carried by ``GramSignal.centred``.
 What remains is the rounding of psi(h) = phi(h) - phi(0) itself in float64, ~1e-16/sqrt(K)
-relative (as in the single-input path, tests/test_scan_ln_post_small_K.py).
+relative (as in the single-input path, tests/test_ln_post_small_K.py).
 
 Reference: tests/_gram_mp_small_K.py, the recursion in mpmath at 60 digits with tensor Gauss-Hermite
 two-point moments (checked here against finer rules, and, marked slow, nested adaptive QUADPACK quadrature).

@@ -37,6 +37,7 @@ def test_closed_forms_match_mpmath(name, K):
         assert abs(sp.N(got, 25) - ref) <= mp.mpf("1e-18") * abs(ref) + mp.mpf("1e-30")
 
 
+@pytest.mark.slow
 def test_no_overflow_or_cancellation_in_float64():
     # the compiled recursion at tiny and huge K: finite, and K -> inf (not NaN) past the overflow of e^{2K}
     for name in ("elu", "selu"):
@@ -93,6 +94,7 @@ def test_gelu_tanh_is_torch_form():
     assert abs(v - float(ref)) < 1e-15
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["elu", "selu"])
 def test_compiled_moments_at_small_K_in_float64(name):
     # e^{2K} Phi(-2s) - 2 e^{K/2} Phi(-s) + 1/2 cancels to O(K): evaluated in float64 it was

@@ -38,6 +38,7 @@ def test_no_critical_point_at_zero_bias(act):
     assert "NaN" in line.note
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act", sorted(_ACTS))
 @pytest.mark.parametrize("sb", [1e-3, 0.3])
 def test_critical_point_at_small_bias_is_a_root(act, sb):

@@ -58,6 +58,7 @@ def _check(block, name, target, ratio, depth=20):
     np.testing.assert_array_less(np.abs(r.ntk / T - 1), ntk_tol)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", ["bn", "mixer", "resmlp"])
 @pytest.mark.parametrize("name, target, ratio", [("relu", 1e-12, 1.0), ("erf", 1e-15, 1.0), ("relu", 1e-15, 1.3)])
 def test_near_parallel_bn_tokens(block, name, target, ratio):
