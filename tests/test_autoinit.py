@@ -260,6 +260,7 @@ def test_report_contents_and_plot():
     assert len(fig.axes) == 4
 
 
+@pytest.mark.slow
 def test_batch_size_helper():
     bn = mlp(4, 64, 32, 1.0, bn=True, seed=9)
     x = data(256, 32)
@@ -295,6 +296,7 @@ def test_block_detection():
         find_blocks(nn.Linear(3, 3))
 
 
+@pytest.mark.slow
 def test_measure_estimators_agree():
     model = mlp(3, 24, 12, 1.7, sigma_b=0.2, act=nn.GELU, seed=10)
     x = data(6, 12)

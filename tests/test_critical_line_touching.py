@@ -29,6 +29,7 @@ def _chi_J_minus_1(act, sw, sb):
     return sw ** 2 * E(lambda x: df(x) ** 2) / (E(lambda x: f(x) ** 2) - m * m) - 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act", sorted(_ACTS))
 def test_no_critical_point_at_zero_bias(act):
     with mp.workdps(20):

@@ -230,6 +230,7 @@ def test_expect2_kinks_at_zero_any_variances():
             assert abs(got - ref) < 1e-12 / 2, (k1, k2, rho)
 
 
+@pytest.mark.slow
 def test_expect2_cancelling_integrand_is_accepted_at_the_base_level():
     """E[g(u) g(v)] with E[g] = 0: given u the integrand averages to g(u) E[g(v) | u], which at zero
     correlation is ~1e-17 everywhere. An outer error measured against that never converged (the
@@ -276,6 +277,7 @@ def test_gaussian_expectation_polynomials_are_exact():
     assert GaussianExpectation2(sp.Lambda((x, y), sp.Integer(2)), K, K, K12) == 2
 
 
+@pytest.mark.slow
 def test_gaussian_expectation_price_theorem():
     E = GaussianExpectation(sp.Lambda(x, sp.tanh(x) ** 2), K)
     dE = sp.diff(E, K)

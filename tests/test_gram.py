@@ -188,6 +188,7 @@ def test_finite_near_correlation_one_and_deep_chaos(name, sw, sb, depth):
         assert np.all(np.abs(M) <= D * (1 + 1e-12))        # Cauchy-Schwarz
 
 
+@pytest.mark.slow
 def test_precision_loss_is_refused():
     # GELU's two-point form divides by (1+K1)(1+K2) - K12^2, whose determinant part K1 K2 - K12^2
     # overflows float64 once K ~ 1e154 (depth 250 here; depth 40, K ~ 1e26, is answered to 1e-15:
@@ -430,6 +431,7 @@ def _bn_case(act, n, d, depth, width, n_init, n_outputs, equal_norms, seed, **ar
     return r, e
 
 
+@pytest.mark.slow
 def test_monte_carlo_batchnorm():
     """BatchNorm over a batch of 64 inputs of different norms (the batch = all rows; NTK on 3 of them)."""
     pytest.importorskip("torch")

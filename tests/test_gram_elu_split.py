@@ -220,6 +220,7 @@ def test_gram_elu_growing_phase_against_mpmath_recursion(monkeypatch):
                 (i, j, M[i, j], float(R[i][j]))
 
 
+@pytest.mark.slow
 def test_exp_split_leaves_what_cancels():
     """At small K the split's pieces (b's constant -alpha 1{h<0} and r = alpha e^h, both O(1)) cancel to an
     O(sqrt K) result: their rounding enters the error test, so such entries are left to the series (the

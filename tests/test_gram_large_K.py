@@ -58,6 +58,7 @@ PAIRS = {"erf": _erf_pair, "gelu": _gelu_pair}
 X = np.array([[1.0, 0.0], [0.6, 0.8000001], [2.0, 0.0], [-1.0, 0.0]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act", ["erf", "gelu"])
 @pytest.mark.parametrize("sw", [1e4, 1e6])
 def test_gram_depth2_against_mpmath(act, sw):
@@ -82,6 +83,7 @@ def test_gram_depth2_against_mpmath(act, sw):
                 assert abs(got - want) <= max(1e-13 * abs(want), 1e-15 * scale), (i, j, m, got, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act", ["erf", "gelu"])
 @pytest.mark.parametrize("K0", [1e8, 1e12])
 def test_profile_at_large_K_against_mpmath(act, K0):

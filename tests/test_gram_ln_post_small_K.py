@@ -31,6 +31,7 @@ def _inputs(scale=1.0):
     return x * scale
 
 
+@pytest.mark.slow
 def test_reference_rule_converged():
     # Gauss-Hermite rules against finer ones at 40 digits: 48 nodes at small K, 128 at the largest K the
     # cases reach (~1)
@@ -82,6 +83,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(ACTS))
 @pytest.mark.parametrize("sw, sb, mu, scale, rtol", CASES)
 def test_ln_post_small_K_against_mpmath(name, sw, sb, mu, scale, rtol):

@@ -100,6 +100,7 @@ def test_gelu_near_parallel_deep(case, gap):
     assert max(errs) < 2e-14, errs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["ln_post", "residual"])
 @pytest.mark.parametrize("sw", [0.9, 2.0])
 def test_gelu_near_parallel_other_phases(case, sw):

@@ -102,6 +102,7 @@ def test_against_mpmath_1d_references(name, K1, K2, rho):
     _check(name, K1, K2, rho, _ref_1d(name, K1, K2, rho), 1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tanh", "dtanh", "silu", "dsilu"])
 def test_large_K_near_parallel(name):
     # step-like or kink-like integrands, |rho| -> 1: the series does not settle these; the conditional rule
@@ -177,6 +178,7 @@ def test_hermite_coefficients_against_mpmath(name):
             assert abs(c.a[i, n] - float(ref)) <= 1e-15 * np.sqrt(c.energy[i]), (name, k, n, c.a[i, n], ref)
 
 
+@pytest.mark.slow
 def test_matrix_path_equals_pairs():
     """The Gram-matrix path (compiled rows, upper triangle mirrored) gives every entry the value of the
     same pair alone (the truncation of an entry depends on the entry only), to the last bit."""
@@ -276,6 +278,7 @@ def test_symmetric_psd_finite(act, sw, sb):
     assert r.nngp[5, 6] == r.nngp[5, 5] == r.nngp[6, 6]
 
 
+@pytest.mark.slow
 def test_diagonal_is_kernel_profile():
     x = np.random.default_rng(1).standard_normal((3, 7))
     x *= np.sqrt(7) / np.linalg.norm(x, axis=1, keepdims=True)          # |x|^2 / d = 1

@@ -21,6 +21,7 @@ def _m2(K, weight=lambda h, K: 1):
                        / mp.sqrt(2 * mp.pi * K), [-40 * s, -1, 1, 40 * s])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("K0", [50.0, 1e8, 1e16])
 def test_second_moment_large_K(K0):
     kp = mf.kernel_profile(activation="hardtanh", sigma_w=1.0, sigma_b=0.0, depth=2, K0=K0)

@@ -152,6 +152,7 @@ def test_packaged_case_lists_load_from_any_folder(tmp_path, monkeypatch):
         assert default_cases_path(quick).parent == PKG / "verification"
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_default_report_folder_is_in_the_working_directory(tmp_path, monkeypatch):
     pytest.importorskip("torch")

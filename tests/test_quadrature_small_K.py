@@ -74,6 +74,7 @@ def _inputs(scales):
     return np.array([r / np.sqrt(r @ r / 4) * np.sqrt(k) for r, k in zip(rows, scales)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["elu", "selu"])
 def test_gram_at_small_K_against_mpmath(name):
     """Depth 2 (one activation): every entry of both kernels at K^1 from 1e-12 to 1e-3, within 1e-14 of the
@@ -99,6 +100,7 @@ def test_gram_at_small_K_against_mpmath(name):
                 assert abs(k.ntk[i, j] - T) <= 1e-14 * scale_t, (i, j, float(k.ntk[i, j]), float(T))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["elu", "selu"])
 def test_gram_diagonal_deep_in_the_ordered_phase(name):
     """Depth 30 at sigma_w = 0.8 (ELU) and 0.6 (SELU), K^l -> 1e-8 and below: the diagonal equals the
@@ -116,6 +118,7 @@ def test_gram_diagonal_deep_in_the_ordered_phase(name):
             assert abs(k.nngp[i, i] - K) <= 1e-14 * K, (i, float(k.nngp[i, i]), float(K))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("K0", [1e-16, 1e-10, 1e-4])
 def test_user_activation_with_log1p_at_small_K(K0):
     """phi = log(1 + x^2): E[phi^2] ~ 3 K^2 at small K, which log(1 + x^2) as written loses entirely at

@@ -66,6 +66,7 @@ def test_every_result_round_trips(results, tmp_path, ext):
         _same(r, load(path), name)
 
 
+@pytest.mark.slow
 def test_json_files_are_strict_json(results, tmp_path):
     def no_constants(c):
         raise AssertionError(f"non-standard JSON constant {c}")

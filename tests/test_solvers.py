@@ -359,6 +359,7 @@ def test_edges_large_sigma_w():
     assert mf.fixed_point(activation="relu", sigma_w=1e3, sigma_b=0.0) == math.inf
 
 
+@pytest.mark.slow
 def test_edges_mu():
     assert mf.fixed_point(activation="erf", mu=1.0, sigma_w=1.0, sigma_b=0.1) == math.inf
     assert mf.chi_J(activation="erf", mu=1.0, sigma_w=1.0, sigma_b=0.1) == 1.0
@@ -387,6 +388,7 @@ def test_iteration_cap_is_a_clear_error():
     assert np.isnan(st.K[0])
 
 
+@pytest.mark.slow
 def test_bad_arguments():
     with pytest.raises(ValueError, match="sigma_w"):
         mf.fixed_point(activation="erf", sigma_w=-1.0, sigma_b=0.0)

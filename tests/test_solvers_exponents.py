@@ -27,6 +27,7 @@ def test_erf_critical_point_zeta_one():
     assert e.agree
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", [dict(activation="relu"), dict(activation="leaky_relu", negative_slope=0.2, mu=0.5)])
 def test_scale_invariant_zeta_zero(kw):
     """Paper eq. 103: zeta_K = zeta = 0 at the scale-invariant critical point."""
@@ -77,6 +78,7 @@ def test_gelu_point_zero_has_no_scaling():
     assert e.K_star == 0 and np.isnan(e.zeta) and "no input converges" in e.note
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sw,sb", [(1.0, 0.3), (0.5, 0.0), (2.0, 1.0)])
 def test_ln_pre_mu1_power_law(sw, sb):
     """ReLU + pre-LN, mu = 1: K' = K + sw^2/2 + sb^2 and chi_J = 1 + (sw^2/2)/K, so J ~ l^(sw^2/(sw^2 + 2 sb^2))."""
@@ -86,6 +88,7 @@ def test_ln_pre_mu1_power_law(sw, sb):
     assert e.zeta_numeric == pytest.approx(e.zeta, rel=1e-3) and e.agree
 
 
+@pytest.mark.slow
 def test_gelu_ln_pre_mu1_power_law():
     e = mf.exponents(activation="gelu", norm="ln_pre", mu=1.0, sigma_w=1.3, sigma_b=0.2)
 
@@ -113,6 +116,7 @@ def test_erf_mu1_stretched_exponential(sw, sb):
     assert e.growth_rate == pytest.approx(sw ** 2 + sb ** 2, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_bn_mu1_power_law():
     """ReLU + large-batch BN, mu = 1: K - K12 grows by (sw^2/2)(1 - 1/pi) per block and
     chi_J = 1 + sw^2/(2 (K - K12)): J ~ l^(pi/(pi-1))."""
@@ -121,6 +125,7 @@ def test_bn_mu1_power_law():
     assert e.zeta_numeric == pytest.approx(e.zeta, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_exponents_off_criticality_and_on_a_line():
     e = mf.exponents(activation="erf", sigma_w=1.0, sigma_b=0.5)
     assert e.regime == "ordered" and np.isnan(e.zeta) and e.xi == pytest.approx(mf.correlation_length(

@@ -197,6 +197,7 @@ def test_jump_refused_where_chi_J_needs_phi_prime_squared(expr):
 # ---------------------------------------------------------------------------
 # Large K through the compiled solvers.
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_sin_fixed_point_large_sigma_w():
     """K* = sigma_w^2 E[sin^2] = sigma_w^2 (1 - e^{-2K*}) / 2 = 450 at sigma_w = 30 (was 453.5)."""
     t = sp.Symbol("t")
@@ -204,6 +205,7 @@ def test_sin_fixed_point_large_sigma_w():
     assert abs(got - 450.0) < 1e-9 * 450
 
 
+@pytest.mark.slow
 def test_softplus_kernel_profile_large_K_finite_and_right():
     """softplus at (1.6, 0.5): K grows past 400 (was NaN at layer 13); check layers against mpmath."""
     prof = mf.kernel_profile(activation="softplus", sigma_w=1.6, sigma_b=0.5, depth=20)

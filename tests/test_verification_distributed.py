@@ -135,6 +135,7 @@ def test_phase_diagram_split_over_points_matches_the_same_serial_split(client):
     assert _same(res, phase_diagram(ERF, SW, SB, point_chunk=5, **PD))
 
 
+@pytest.mark.slow
 def test_phase_diagram_resumes_only_missing_shards(client, tmp_path):
     ref = phase_diagram(ERF, SW, SB, **PD)
     first = phase_diagram(ERF, SW, SB, client=client, checkpoint=tmp_path, **PD)
@@ -213,6 +214,7 @@ def test_autoinit_sweep_on_cluster_matches_serial(client, tmp_path):
     assert np.array_equal(resumed.J_after, serial.J_after)
 
 
+@pytest.mark.slow
 def test_cli_verify_with_scheduler_address(client, tmp_path, capsys):
     from meanfield.cli import main
 
