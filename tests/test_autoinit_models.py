@@ -13,6 +13,7 @@ from meanfield.torch.models import MLPMixer, ResMLP, VGG, mixer_s16, resmlp_s12,
 pytestmark = pytest.mark.torch
 
 
+@pytest.mark.slow
 def test_full_size_parameter_counts():
     # timm's resmlp_12 (15.35M), torchvision's vgg19_bn (143,678,248), timm's mixer_s16_224 (18.53M)
     with torch.device("meta"):

@@ -31,6 +31,7 @@ def test_affine_is_torchs_three_operations(dtype, shape, kernel):
 
 @pytest.mark.parametrize("name,kw", [("erf", dict(batch=1)), ("relu", dict(batch=3)),
                                      ("tanh", dict(batch=2, norm="ln_pre", mu=0.5))])
+@pytest.mark.slow
 def test_monte_carlo_is_unchanged_by_the_fusion(name, kw, monkeypatch):
     """Whole passes (primal and probe slots, several inputs) give the same numbers with and without it."""
     from meanfield.verification import monte_carlo

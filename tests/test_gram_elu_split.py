@@ -93,6 +93,7 @@ def test_kronrod_rule_exactness():
                 assert abs(got - exact) > 1e-12, (deg, k)
 
 
+@pytest.mark.slow
 def test_erfcx_and_exponential_conditional():
     from meanfield._gram_quadrature import _cond_exp, _erfcx
 

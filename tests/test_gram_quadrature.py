@@ -198,6 +198,7 @@ def test_matrix_path_equals_pairs():
         np.testing.assert_allclose(M[iu], flat, rtol=1e-15, atol=1e-300)
 
 
+@pytest.mark.slow
 def test_price_theorem_finite_difference():
     """d/dK12 E[tanh(u) tanh(v)] = E[tanh'(u) tanh'(v)] (Price 1958): the NTK's factor, by a central
     difference of the NNGP's moment (step 1e-3: truncation ~1e-7 relative)."""
@@ -217,6 +218,7 @@ def test_identical_arguments_are_the_one_point_moment():
     np.testing.assert_allclose(got, ref, rtol=1e-13, atol=1e-300)
 
 
+@pytest.mark.slow
 def test_broadcast_symmetric():
     K = np.array([0.4, 1.0, 2.5, 9.0])
     rng = np.random.default_rng(0)
@@ -288,6 +290,7 @@ def test_diagonal_is_kernel_profile():
         np.testing.assert_allclose(r.nngp_diag, np.tile(prof.K[:, None], (1, 3)), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_gram_agrees_with_layerwise_mpmath():
     """Two inputs of different norms through tanh at depth 2 (one activation): K^2 = sw^2 E[tanh tanh] + sb^2
     and Theta^2 = K^2 + sw^2 E[tanh' tanh'] Theta^1, with the moments from the 1D mpmath references

@@ -96,6 +96,7 @@ def test_truncation_bound_is_honest(which):
     assert abs(float(tot) - rr) <= rb + 1e-13 * abs(float(tot))
 
 
+@pytest.mark.slow
 def test_split_entries_against_series_level():
     """Entries that both the split and the Hermite series at kmax = 256 settle agree to the tolerance
     (two independent routes: closed forms + trapezoid sums against one-point projections)."""

@@ -192,6 +192,7 @@ def _hand_mixer(draws, x, depth, sw, sb, mu, pool=True):
     return z.mean(1) if pool else z
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sb", [0.0, 0.4])
 def test_monte_carlo_ntk_is_a_hand_written_mixer(sb):
     """empirical_kernels' NNGP and NTK (torch.func over the realised tree, readout mean over the tokens) equal

@@ -32,6 +32,7 @@ def test_second_moment_large_K(K0):
     assert ln.chi_J[0] == pytest.approx(float(chi), rel=2e-15)
 
 
+@pytest.mark.slow
 def test_chi_K_on_the_series_branch():
     # sigma_w = 30: K* ~ 884, past the switch at K = 64
     st = mf.fixed_point_state(activation="hardtanh", sigma_w=30.0, sigma_b=0.5)

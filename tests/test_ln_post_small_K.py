@@ -24,6 +24,7 @@ def _E(f, K):
     ("softplus", lambda h: mp.log1p(mp.exp(h)), lambda h: 1 / (1 + mp.exp(-h))),
     (1 / (1 + sp.exp(-x)), lambda h: 1 / (1 + mp.exp(-h)), lambda h: mp.exp(-h) / (1 + mp.exp(-h))**2),
 ])
+@pytest.mark.slow
 def test_ln_post_chi_J_small_K(activation, f, df):
     args, kw = ((), {"activation": activation}) if isinstance(activation, str) else ((activation,), {})
     kp = mf.kernel_profile(*args, norm="ln_post", mu=0.5, sigma_w=1.1, sigma_b=0.2, depth=1, K0=1e-12, **kw)

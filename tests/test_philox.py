@@ -91,6 +91,7 @@ def _block_ref(seed, init, stream, block, n):
     return np.array(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed,init,stream", [(0, 0, 0), (7, 3, 2**31 + 5), (2**40 + 1, 12345, 17)])
 def test_blocks_follow_the_documented_definition(seed, init, stream):
     n = 2 * ph.BLOCK + 100  # two whole blocks and a partial one
@@ -133,6 +134,7 @@ def test_rows_depend_only_on_seed_and_init():
     assert not np.array_equal(ph.standard_normal(4, [0], 9, (40, 130))[0], whole[0])
 
 
+@pytest.mark.slow
 def test_monte_carlo_does_not_depend_on_the_chunking():
     from meanfield.verification import monte_carlo, phase_diagram
 

@@ -77,6 +77,7 @@ def test_json_files_are_strict_json(results, tmp_path):
         json.loads(json.dumps(r.to_dict(), allow_nan=False))   # the CLI's plain form too
 
 
+@pytest.mark.slow
 def test_load_checks_the_kind_and_the_format(results, tmp_path):
     p = results["kernel_profile"].save(tmp_path / "k.json")
     with pytest.raises(TypeError, match="KernelProfile, not a PhaseDiagram"):

@@ -53,6 +53,7 @@ def test_cached_derivatives_are_derivatives(arch):
         assert abs(fs["X"][1](K, *rest) - num) <= mp.mpf("1e-6") * (1 + abs(num))
 
 
+@pytest.mark.slow
 def test_second_process_reads_the_cache(tmp_path, monkeypatch):
     """With the file on disk, _derivatives does not differentiate again, and the critical point's
     series coefficients are the same numbers."""

@@ -92,6 +92,7 @@ def test_kernel_profile_erf_and_pair_state():
         K, Q = sw ** 2 / 2 + sb ** 2 + mu ** 2 * K, sw ** 2 / (2 * math.pi) + sb ** 2 + mu ** 2 * Q
 
 
+@pytest.mark.slow
 def test_bn_fixed_point_and_chi():
     """One BN per block: chi_J* = pi/(pi-1); with mu: mu^2 + (1 - mu^2) pi/(pi-1) (AutoInit eq. 23)."""
     assert close(mf.chi_J(activation="relu", norm="bn", sigma_w=1.1, sigma_b=0.3), math.pi / (math.pi - 1))
@@ -197,6 +198,7 @@ def test_ln_post_relu_line():
     assert np.allclose(line.sigma_b, sws / math.sqrt(math.pi - 1), rtol=REL, atol=0)
 
 
+@pytest.mark.slow
 def test_everywhere_critical_and_subcritical():
     for kw in (dict(activation="gelu", norm="ln_pre", mu=1.0), dict(activation="relu", norm="bn", mu=1.0)):
         line = mf.critical_line(sigma_w=[0.5, 1.0], **kw)
