@@ -46,6 +46,7 @@ def test_no_overflow_or_cancellation_in_float64():
         assert len(cp) == 1 and cp[0].K_star == 0.0 and len(cp[0].fixed_points) == 1
 
 
+@pytest.mark.slow
 def test_elu_alpha_and_selu_fixed_point():
     mp.mp.dps = 30
     phi = mf.activation("elu", alpha=0.5)

@@ -47,6 +47,7 @@ def test_fan_in_initialisation():
     assert conv.weight.std().item() == pytest.approx(math.sqrt(2 / (16 * 9)), rel=0.1)  # Kaiming fan-out
 
 
+@pytest.mark.slow
 def test_relu_resmlp_apjn_matches_paper_eq72():
     """AI eq. 72 per residual branch (mu = 1, Affine = identity at init):
     token mixing J = 1 + eps^2 sigma_w^2, channel mixing J = 1 + eps^2 sigma_w^4 / 2

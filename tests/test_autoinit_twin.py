@@ -128,6 +128,7 @@ def test_scale_gradients_match_finite_differences(norm, loss, lam, act):
     torch.testing.assert_close(grad, fd, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", [None, "bn"])
 def test_conv_scale_gradients_match_finite_differences(norm):
     """The twin's own convolution rule (_Conv), with ReLU and Tanh after it, BatchNorm2d, and the kernel term."""
@@ -135,6 +136,7 @@ def test_conv_scale_gradients_match_finite_differences(norm):
     torch.testing.assert_close(grad, fd, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["bn", "ln"])
 def test_torch_norm_rules_alone_miss_the_statistics_paths(norm):
     """The failure the formula hooks fix: with torch's own rules the gradients are off (a check that can fail)."""

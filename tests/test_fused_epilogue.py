@@ -72,6 +72,7 @@ def test_erf32_is_within_0p54_ulp_of_erf():
     assert np.signbit(special[4])
 
 
+@pytest.mark.slow
 def test_float32_erf_network_uses_it_and_agrees_with_torch_erf(monkeypatch):
     """A float32 erf pass with erf32 against the same pass with torch.erf: the same up to float32 rounding.
 

@@ -231,6 +231,7 @@ def test_broadcast_symmetric():
     np.testing.assert_array_equal(M, M.T)
 
 
+@pytest.mark.slow
 def test_refused_when_no_rule_converges():
     # sin(h) at K = 1e4 oscillates faster than either method resolves: ValueError, not a number
     f = numpy_function(sp.Lambda(_x, sp.sin(_x)))

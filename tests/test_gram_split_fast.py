@@ -11,6 +11,7 @@ import sympy as sp
 gq = pytest.importorskip("meanfield._gram_quadrature")
 
 
+@pytest.mark.slow
 def test_erfcx_table_against_mpmath():
     T = gq._erfcx_table()
     rng = np.random.default_rng(3)

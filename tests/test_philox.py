@@ -101,6 +101,7 @@ def test_blocks_follow_the_documented_definition(seed, init, stream):
         np.testing.assert_array_equal(x[b * ph.BLOCK:b * ph.BLOCK + m], _block_ref(seed, init, stream, b, m))
 
 
+@pytest.mark.slow
 def test_float32_is_the_float64_stream_rounded():
     a = ph.standard_normal(5, [0, 1], 3, (100, 77), np.float64)
     b = ph.standard_normal(5, [0, 1], 3, (100, 77), np.float32)

@@ -91,6 +91,7 @@ def test_load_checks_the_kind_and_the_format(results, tmp_path):
         load(tmp_path / "other.json")
 
 
+@pytest.mark.slow
 def test_reprs_are_short_and_say_what_was_computed(results):
     for name, r in results.items():
         text = repr(r)
@@ -106,6 +107,7 @@ def test_reprs_are_short_and_say_what_was_computed(results):
     assert "c_tilde" not in e and "zeta = " in e      # NaN exponents (absent in this regime) are left out
 
 
+@pytest.mark.slow
 def test_csv_export_of_a_phase_diagram(results, tmp_path):
     pd = results["phase_diagram"]
     rows = list(csv.DictReader(pd.save(tmp_path / "pd.csv").read_text().splitlines()))

@@ -104,6 +104,7 @@ def test_gelu_ln_pre_mu1_power_law():
     assert e.agree
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sw,sb", [(1.0, 0.0), (1.0, 0.5), (0.5, 1.0)])
 def test_erf_mu1_stretched_exponential(sw, sb):
     """Theorem 4.3: chi_J^l ~ 1 + c~/sqrt(l), c~ = 2 sw^2 / (pi sqrt(sw^2 + sb^2)), lambda = 1/(4 c~^2)."""
