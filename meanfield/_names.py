@@ -18,5 +18,19 @@ NORMS = ("none", "ln_pre", "ln_post", "bn")
 #: block types (Architecture.block)
 BLOCKS = ("mlp", "resmlp", "mixer")
 
+#: the functions an activation written as text may call (``--activation "x*erf(x)"``): sympy's
+#: names, and abs/max/min as Python spells them (meanfield.activations.parse_activation)
+EXPRESSION_FUNCTIONS = ("exp", "log", "sqrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asinh", "atan", "erf",
+                        "erfc", "Abs", "abs", "sign", "Heaviside", "Max", "Min", "max", "min")
+#: the constants it may name
+EXPRESSION_CONSTANTS = ("pi", "E")
+
+
+def expression_help() -> str:
+    """One line saying what an activation text may contain (error messages and ``--help``)."""
+    return (f"an expression in x using numbers, + - * / ** (or ^), {', '.join(EXPRESSION_CONSTANTS)} and "
+            f"{', '.join(EXPRESSION_FUNCTIONS)}")
+
+
 #: extensions plot_phase_diagram writes (vector: pdf, svg, eps; raster: png)
 FIGURE_FORMATS = (".pdf", ".svg", ".eps", ".png")

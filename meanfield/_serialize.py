@@ -35,7 +35,7 @@ import numpy as np
 # json, csv, importlib and pathlib are imported where used: ``import meanfield`` imports this
 # module (every result derives from Result) and must stay quick
 
-__all__ = ["to_jsonable", "encode", "decode", "dumps", "Result", "load", "summarize", "FORMAT_VERSION"]
+__all__ = ["to_jsonable", "encode", "decode", "dumps", "write_csv", "Result", "load", "summarize", "FORMAT_VERSION"]
 
 #: version of the lossless encoding written by :meth:`Result.save`
 FORMAT_VERSION = 1
@@ -287,10 +287,11 @@ def _is_column(col, a: np.ndarray) -> bool:
             and np.array_equal(col, a.ravel(), equal_nan=a.dtype.kind == "f"))
 
 
-def _write_csv(obj, path):
-    """Columns from the result's ``_table`` (one row per grid point; what a spreadsheet shows), and a
-    first line ``# meanfield {...}``: the lossless encoding of everything else, with each field array
-    that is a column stored by reference to it, so :func:`load` rebuilds the result exactly."""
+def write_csv(obj, fh) -> None:
+    """Write ``obj`` as CSV to the open text file ``fh``: columns from the result's ``_table`` (one row
+    per grid point; what a spreadsheet shows) after a first line ``# meanfield {...}``, the lossless
+    encoding of everything else with each field array that is a column stored by reference to it,
+    so :func:`load` rebuilds the result exactly."""
     import csv
     import json
 
@@ -301,12 +302,16 @@ def _write_csv(obj, path):
                  if k in cols and _is_column(cols[k], a)}
     inline = {k: encode(a) for k, a in arrays.items() if k not in by_column}
     meta = {"meanfield_format": FORMAT_VERSION, "data": data, "columns": by_column, "arrays": inline}
+    fh.write(CSV_META_PREFIX + json.dumps(meta, allow_nan=False) + "\n")
+    w = csv.writer(fh, lineterminator="\n")
+    w.writerow(list(cols))
+    for row in zip(*cols.values()):
+        w.writerow([_csv_cell(v) for v in row])
+
+
+def _write_csv(obj, path):
     with open(path, "w", newline="") as fh:
-        fh.write(CSV_META_PREFIX + json.dumps(meta, allow_nan=False) + "\n")
-        w = csv.writer(fh)
-        w.writerow(list(cols))
-        for row in zip(*cols.values()):
-            w.writerow([_csv_cell(v) for v in row])
+        write_csv(obj, fh)
 
 
 def _read_csv(path):

@@ -43,6 +43,7 @@ from typing import Callable
 
 import sympy as sp
 
+from . import _names
 from ._validate import check_real, numeric_value
 from .gaussian import GaussianExpectation, GaussianExpectation2, numpy_function
 from .symbols import x
@@ -1008,24 +1009,15 @@ ACTIVATIONS: dict[str, Callable[..., Activation]] = {
 }
 
 
-#: what an activation written as text (``activation("x*erf(x)")``, ``meanfield --activation``) may call:
-#: sympy's functions by their sympy names, with abs/max/min as Python spells them
-EXPRESSION_FUNCTIONS = {
-    "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "sin": sp.sin, "cos": sp.cos, "tan": sp.tan,
-    "sinh": sp.sinh, "cosh": sp.cosh, "tanh": sp.tanh, "asinh": sp.asinh, "atan": sp.atan, "erf": sp.erf,
-    "erfc": sp.erfc, "Abs": sp.Abs, "abs": sp.Abs, "sign": sp.sign, "Heaviside": sp.Heaviside, "Max": sp.Max,
-    "Min": sp.Min, "max": sp.Max, "min": sp.Min,
-}
+#: what an activation written as text (``activation("x*erf(x)")``, ``meanfield --activation``) may call,
+#: by the names in meanfield._names (sympy's, with abs/max/min as Python spells them)
+EXPRESSION_FUNCTIONS = {name: getattr(sp, {"abs": "Abs", "max": "Max", "min": "Min"}.get(name, name))
+                        for name in _names.EXPRESSION_FUNCTIONS}
 #: the constants it may name (besides numbers)
-EXPRESSION_CONSTANTS = {"pi": sp.pi, "E": sp.E}
+EXPRESSION_CONSTANTS = {name: getattr(sp, name) for name in _names.EXPRESSION_CONSTANTS}
 #: the longest activation text accepted
 EXPRESSION_MAX_CHARS = 200
-
-
-def expression_help() -> str:
-    """One line saying what an activation text may contain (for error messages and ``--help``)."""
-    return (f"an expression in x using numbers, + - * / ** (or ^), {', '.join(EXPRESSION_CONSTANTS)} and "
-            f"{', '.join(EXPRESSION_FUNCTIONS)}")
+expression_help = _names.expression_help
 
 
 def _check_expression_tree(tree) -> None:
@@ -1083,9 +1075,11 @@ def _check_expression_tree(tree) -> None:
             visit(node.left)
             return visit(node.right)
         if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in EXPRESSION_FUNCTIONS:
-                called = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
-                raise ValueError(f"unknown function {called!r}")
+            if not isinstance(node.func, ast.Name):
+                visit(node.func)   # says what is wrong with it (attribute access, a call of a call, ...)
+                raise ValueError(f"{ast.unparse(node.func)!r} is not a function name")
+            if node.func.id not in EXPRESSION_FUNCTIONS:
+                raise ValueError(f"unknown function {node.func.id!r}")
             if node.keywords or not node.args or any(isinstance(a, ast.Starred) for a in node.args):
                 raise ValueError(f"{node.func.id}(...) takes plain arguments")
             for a in node.args:
