@@ -55,6 +55,7 @@ __all__ = [
     "Gelu",
     "UserActivation",
     "user_activation",
+    "parse_activation",
     "Elu",
     "HardTanh",
     "ACTIVATIONS",
