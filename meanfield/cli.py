@@ -177,17 +177,11 @@ def _emit(args, result, text: str | None = None):
 # Commands.
 # ---------------------------------------------------------------------------
 def cmd_recursion(args):
-    import sympy as sp
-
     from .symbolic import recursion
 
     rec = recursion(_architecture(args))
-    if args.json:
-        data = {"architecture": str(rec.architecture), "state": [str(s) for s in rec.state]}
-        for name in ("kernel", "kernel12", "chi_J", "chi_K", "chi_Delta"):
-            data[name] = str(getattr(rec, name))
-            data[name + "_latex"] = sp.latex(getattr(rec, name))
-        print(json.dumps(data, indent=2))
+    if args.json:   # loads with meanfield.Recursion.load
+        print(json.dumps(rec.to_dict(), indent=2))
     elif args.latex:
         print(rec.latex())
     else:
@@ -557,7 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
             description="Print K^{l+1}(K^l), chi_J, chi_K for an architecture.")
     _add_arch_options(s)
     s.add_argument("--latex", action="store_true", help="print LaTeX instead of text")
-    _add_json(s)
+    _add_json(s, "meanfield.Recursion")
     s.set_defaults(func=cmd_recursion)
 
     s = add("critical-point", help="points with chi_J* = chi_K* = 1",

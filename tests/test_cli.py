@@ -415,3 +415,23 @@ def test_progress_bar_only_on_a_terminal(monkeypatch):
     monkeypatch.setattr(sys, "stderr", Tty())
     assert _progress_bar(argparse.Namespace(json=False))
     assert not _progress_bar(argparse.Namespace(json=True))
+
+
+def test_recursion_json_loads_and_a_changed_file_is_refused(capsys, tmp_path):
+    rc, out, err = cli(capsys, "recursion", "--activation", "erf", "--mu", "0.5", "--json")
+    assert rc == 0, err
+    (tmp_path / "r.json").write_text(out)
+    got = mf.Recursion.load(tmp_path / "r.json")
+    lib = mf.recursion(activation="erf", mu=0.5)
+    assert got.architecture == lib.architecture and got.kernel == lib.kernel and got.chi_J == lib.chi_J
+    # erf: chi_J = mu^2 + sigma_w^2 E[erf'(h)^2] = mu^2 + 4 sigma_w^2 / (pi sqrt(1 + 4K)) (the Gaussian integral by hand)
+    S = mf.symbols
+    import sympy as sp
+    want = sp.Rational(1, 4) + 4 * S.sigma_w ** 2 / (sp.pi * sp.sqrt(1 + 4 * S.K))
+    assert sp.simplify(got.chi_J.subs(S.mu, sp.Rational(1, 2)) - want) == 0
+    data = json.loads(out)
+    data["chi_J"] = "__import__('os').system('touch PWNED')"   # never evaluated: compared as text
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="chi_J differ"):
+        mf.Recursion.load(tmp_path / "bad.json")
+    assert not (tmp_path / "PWNED").exists()
