@@ -77,6 +77,8 @@ def __getattr__(name):
     elif importlib.util.find_spec(f".{name}", __name__) is not None:   # a submodule: mf.shaping, mf.symbols
         return importlib.import_module(f".{name}", __name__)
     else:
+        if name.startswith("_"):   # tools probing for private hooks must not load the solvers
+            raise AttributeError(f"module 'meanfield' has no attribute {name!r}")
         solvers = importlib.import_module(".solvers", __name__)   # numba itself loads on first solve
         if name not in solvers.__all__:
             raise AttributeError(f"module 'meanfield' has no attribute {name!r}")
