@@ -694,7 +694,10 @@ def cli_words(message: str, options: dict) -> str:
     for dest, opt in sorted(options.items(), key=lambda kv: -len(kv[0])):
         message = re.sub(rf"(?<![\w.-]){re.escape(dest)}=(?:'([^']*)'|(\S+?))(?=[\s,;:)]|$)",
                          lambda m: f"{opt} {m.group(1) if m.group(1) is not None else m.group(2)}", message)
-        message = re.sub(rf"(?<![\w.'-]){re.escape(dest)}(?![\w(=\[.'])", opt, message)
+        # a bare name where it is the argument: always for sigma_w-like names, else as a sentence's subject
+        bare = rf"(?<![\w.'-]){re.escape(dest)}(?![\w(=\[.'])"
+        message = re.sub(bare if "_" in dest else bare + r"(?= (?:must|needs|is needed|is required)\b)", opt,
+                         message)
     return message
 
 
