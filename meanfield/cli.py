@@ -308,13 +308,6 @@ def _check_writable(paths, option):
             raise UsageError(f"{option}: cannot write {path} ({err.strerror or err})") from None
 
 
-def _write(path: Path, text: str):
-    try:
-        path.write_text(text)
-    except OSError as err:
-        raise RunError(f"cannot write {path} ({err.strerror or err})") from None
-
-
 def cmd_phase_diagram(args):
     import meanfield as mf
     from .plotting import plot_phase_diagram
@@ -581,7 +574,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(s, "meanfield.Exponents")
     s.set_defaults(func=cmd_exponents)
 
-    s = add("phase-diagram", grid=("--sigma-w", "--sigma-b"), help="chi_J*, xi and phase on a grid; writes a figure, CSV and JSON",
+    s = add("phase-diagram", grid=("--sigma-w", "--sigma-b"),
+            help="chi_J*, xi and phase on a grid; writes a figure, CSV and JSON",
             description="Phase diagram on a (sigma_w, sigma_b) grid: writes PREFIX.png (or .pdf/.svg), "
                         "PREFIX.csv and PREFIX.json (both load with meanfield.PhaseDiagram.load), and prints the "
                         "phase counts (or, with --json, a summary with the data).")
@@ -619,7 +613,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--activation", default="relu", help="relu, gelu, tanh or silu (default relu)")
     s.add_argument("--sigma-w", type=_finite, default=2.0, metavar="X",
                    help="initial weight scale, fan-in, > 0 (default 2)")
-    s.add_argument("--steps", type=int, default=200, help=f"at most this many AutoInit steps, 1..{AUTOINIT_MAX['steps']} (default 200)")
+    s.add_argument("--steps", type=int, default=200,
+                   help=f"at most this many AutoInit steps, 1..{AUTOINIT_MAX['steps']} (default 200)")
     s.add_argument("--batch", type=int, default=16, help=f"inputs per step, 2..{AUTOINIT_MAX['batch']} (default 16)")
     s.add_argument("--seed", type=int, default=0, help="random seed for the weights and inputs, >= 0 (default 0)")
     s.add_argument("--out", default="autoinit.json", metavar="FILE",

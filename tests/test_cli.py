@@ -285,7 +285,8 @@ def test_activation_expression_gives_the_sympy_expressions_recursion(capsys, tmp
     import sympy as sp
 
     x = mf.symbols.x
-    for text, expr in [("x*erf(x)", x * sp.erf(x)), ("tanh(x)/2 + x^2*exp(-x^2)", sp.tanh(x) / 2 + x**2 * sp.exp(-x**2)),
+    for text, expr in [("x*erf(x)", x * sp.erf(x)),
+                       ("tanh(x)/2 + x^2*exp(-x^2)", sp.tanh(x) / 2 + x**2 * sp.exp(-x**2)),
                        ("max(x, 0) + 0.5*min(x, 0)", sp.Max(x, 0) + sp.Rational(1, 2) * sp.Min(x, 0))]:
         rc, out, err = cli(capsys, "recursion", "--activation", text, "--json")
         assert rc == 0, err
@@ -424,7 +425,8 @@ def test_recursion_json_loads_and_a_changed_file_is_refused(capsys, tmp_path):
     got = mf.Recursion.load(tmp_path / "r.json")
     lib = mf.recursion(activation="erf", mu=0.5)
     assert got.architecture == lib.architecture and got.kernel == lib.kernel and got.chi_J == lib.chi_J
-    # erf: chi_J = mu^2 + sigma_w^2 E[erf'(h)^2] = mu^2 + 4 sigma_w^2 / (pi sqrt(1 + 4K)) (the Gaussian integral by hand)
+    # erf: chi_J = mu^2 + sigma_w^2 E[erf'(h)^2] = mu^2 + 4 sigma_w^2 / (pi sqrt(1 + 4K))
+    # (the Gaussian integral by hand)
     S = mf.symbols
     import sympy as sp
     want = sp.Rational(1, 4) + 4 * S.sigma_w ** 2 / (sp.pi * sp.sqrt(1 + 4 * S.K))
