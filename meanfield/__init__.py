@@ -3,24 +3,27 @@
 Symbolic recursions for the NNGP kernel and the partial-Jacobian factor,
 numeric critical lines, points and exponents, and (in the optional
 ``meanfield.verification`` subpackage, which needs torch) Monte-Carlo checks
-on real networks and AutoInit. ``import meanfield`` never imports torch.
+on real networks and AutoInit. ``import meanfield`` never imports torch, and
+imports sympy, numpy and the rest only when a name that needs them is first used.
 """
-from .activations import Activation, activation, available_activations
-from .calculus import Architecture, as_architecture
-# the composition API: a network is a tree of primitives (docs/architecture.md)
-from .calculus import (Network, act, batch_norm, dense, from_json, layer_norm, mixer, mlp, resmlp, residual,
-                       rms_norm, scale, serial, to_json)
-from .symbolic import Recursion, recursion
-# NNGP / NTK Gram matrices on real inputs (numpy; the recursion is compiled on first use)
-from .gram import Kernels, kernels
-from . import symbols
-# numeric solvers: numba is imported (and kernels compiled) on first use only
-from .solvers import *  # noqa: F401,F403
-from .solvers import __all__ as _solver_names
+# Everything below is imported on first use (PEP 562 ``__getattr__``): sympy, numpy and the
+# solvers load when a name that needs them is first touched, so ``import meanfield`` and the
+# command line's ``--help``/``--version`` start without them.
+
+#: public name -> the submodule that defines it (the solvers' names come from meanfield.solvers.__all__)
+_EXPORTS = {
+    **dict.fromkeys(("Activation", "activation", "available_activations"), "activations"),
+    **dict.fromkeys(("Architecture", "as_architecture", "Network", "act", "batch_norm", "dense", "from_json",
+                     "layer_norm", "mixer", "mlp", "resmlp", "residual", "rms_norm", "scale", "serial",
+                     "to_json"), "calculus"),
+    **dict.fromkeys(("Recursion", "recursion"), "symbolic"),
+    # NNGP / NTK Gram matrices on real inputs (numpy; the recursion is compiled on first use)
+    **dict.fromkeys(("Kernels", "kernels"), "gram"),
+}
 
 __version__ = "0.1.0"
 
-__all__ = [
+_OWN_NAMES = [
     "Activation",
     "Architecture",
     "Network",
@@ -47,7 +50,6 @@ __all__ = [
     "recursion",
     "symbols",
 ]
-__all__ += list(_solver_names)
 
 #: submodules loaded on first attribute access (``mf.shaping.tat_transform``):
 #: shaping, scaling and autoinit are pure maths; torch and verification import torch.
@@ -63,12 +65,27 @@ def from_torch(module, example_input, **kwargs):
 
 
 def __getattr__(name):
-    if name in _LAZY_SUBMODULES:
-        import importlib
+    import importlib
+    import importlib.util
 
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    elif name == "__all__":
+        value = _OWN_NAMES + list(importlib.import_module(".solvers", __name__).__all__)
+    elif name.startswith("__"):
+        raise AttributeError(f"module 'meanfield' has no attribute {name!r}")
+    elif importlib.util.find_spec(f".{name}", __name__) is not None:   # a submodule: mf.shaping, mf.symbols
         return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'meanfield' has no attribute {name!r}")
+    else:
+        if name.startswith("_"):   # tools probing for private hooks must not load the solvers
+            raise AttributeError(f"module 'meanfield' has no attribute {name!r}")
+        solvers = importlib.import_module(".solvers", __name__)   # numba itself loads on first solve
+        if name not in solvers.__all__:
+            raise AttributeError(f"module 'meanfield' has no attribute {name!r}")
+        value = getattr(solvers, name)
+    globals()[name] = value   # later look-ups skip this function
+    return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+    return sorted(set(globals()) | set(__getattr__("__all__")) | set(_LAZY_SUBMODULES))

@@ -13,7 +13,9 @@ Two encodings share this module:
   the format from the extension: ``.json`` (everything in one strict JSON
   file), ``.npz`` (arrays as numpy arrays, the rest as JSON in the entry
   ``__meta__``; loads with ``allow_pickle=False``) or ``.csv`` (the arrays
-  that share the result's grid as columns: an export, not reloadable).
+  that share the result's grid as columns, one row per grid point, after a
+  first line ``# meanfield {...}`` holding the rest as JSON: reloadable;
+  ``pandas.read_csv(path, comment="#")`` reads the columns).
 
 Every public result class derives from :class:`Result`, which gives it the
 short repr (what was computed, array shapes and ranges, headline numbers), the
@@ -33,7 +35,7 @@ import numpy as np
 # json, csv, importlib and pathlib are imported where used: ``import meanfield`` imports this
 # module (every result derives from Result) and must stay quick
 
-__all__ = ["to_jsonable", "encode", "decode", "Result", "load", "summarize", "FORMAT_VERSION"]
+__all__ = ["to_jsonable", "encode", "decode", "dumps", "write_csv", "Result", "load", "summarize", "FORMAT_VERSION"]
 
 #: version of the lossless encoding written by :meth:`Result.save`
 FORMAT_VERSION = 1
@@ -208,6 +210,13 @@ def _suffix(path) -> str:
     return suf
 
 
+def dumps(obj, indent=None) -> str:
+    """The text of ``obj`` saved as ``.json`` (what :func:`save` writes and :func:`load` reads)."""
+    import json
+
+    return json.dumps({"meanfield_format": FORMAT_VERSION, "data": encode(obj)}, allow_nan=False, indent=indent)
+
+
 def save(obj, path):
     """Write ``obj`` (a result) to ``path``; the format follows the extension (see the module notes).
 
@@ -222,8 +231,7 @@ def save(obj, path):
         _write_csv(obj, path)
         return path
     if suf == ".json":
-        doc = {"meanfield_format": FORMAT_VERSION, "data": encode(obj)}
-        path.write_text(json.dumps(doc, allow_nan=False))
+        path.write_text(dumps(obj))
         return path
     arrays = {}
     meta = {"meanfield_format": FORMAT_VERSION, "data": encode(obj, arrays)}
@@ -232,14 +240,14 @@ def save(obj, path):
 
 
 def load(path):
-    """Read a result written by :meth:`Result.save` (``.json`` or ``.npz``)."""
+    """Read a result written by :meth:`Result.save` (``.json``, ``.npz`` or ``.csv``)."""
     import json
     from pathlib import Path
 
     path = Path(path)
     suf = _suffix(path)
     if suf == ".csv":
-        raise ValueError("CSV files are an export of the arrays only; save as .json or .npz to load again")
+        return _read_csv(path)
     if suf == ".json":
         doc = json.loads(path.read_text())
         arrays = None
@@ -255,8 +263,12 @@ def load(path):
 
 
 # ---------------------------------------------------------------------------
-# CSV export: arrays of the result's grid as columns.
+# CSV: arrays of the result's grid as columns, the rest in a first '#' line.
 # ---------------------------------------------------------------------------
+#: the start of a saved CSV's first line, which holds what the columns do not (JSON)
+CSV_META_PREFIX = "# meanfield "
+
+
 def _table(obj) -> dict:
     if hasattr(obj, "_table"):
         return obj._table()
@@ -268,15 +280,65 @@ def _table(obj) -> dict:
     return {k: a.ravel() for k, a in arrays.items() if a.shape == shape}
 
 
-def _write_csv(obj, path):
+def _is_column(col, a: np.ndarray) -> bool:
+    """Whether the CSV column ``col`` holds exactly the values of the field array ``a`` (raveled)."""
+    col = np.asarray(col)
+    return (col.shape == (a.size,) and col.dtype == a.dtype and a.dtype.kind in "biuf"
+            and np.array_equal(col, a.ravel(), equal_nan=a.dtype.kind == "f"))
+
+
+def write_csv(obj, fh) -> None:
+    """Write ``obj`` as CSV to the open text file ``fh``: columns from the result's ``_table`` (one row
+    per grid point; what a spreadsheet shows) after a first line ``# meanfield {...}``, the lossless
+    encoding of everything else with each field array that is a column stored by reference to it,
+    so :func:`load` rebuilds the result exactly."""
     import csv
+    import json
 
     cols = _table(obj)
+    arrays = {}
+    data = encode(obj, arrays)
+    by_column = {k: {"dtype": str(a.dtype), "shape": list(a.shape)} for k, a in arrays.items()
+                 if k in cols and _is_column(cols[k], a)}
+    inline = {k: encode(a) for k, a in arrays.items() if k not in by_column}
+    meta = {"meanfield_format": FORMAT_VERSION, "data": data, "columns": by_column, "arrays": inline}
+    fh.write(CSV_META_PREFIX + json.dumps(meta, allow_nan=False) + "\n")
+    w = csv.writer(fh, lineterminator="\n")
+    w.writerow(list(cols))
+    for row in zip(*cols.values()):
+        w.writerow([_csv_cell(v) for v in row])
+
+
+def _write_csv(obj, path):
     with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(list(cols))
-        for row in zip(*cols.values()):
-            w.writerow([_csv_cell(v) for v in row])
+        write_csv(obj, fh)
+
+
+def _read_csv(path):
+    import csv
+    import json
+
+    with open(path, newline="") as fh:
+        first = fh.readline()
+        if not first.startswith(CSV_META_PREFIX):
+            raise ValueError(f"{path} is not a saved meanfield result (its first line is not "
+                             f"'{CSV_META_PREFIX}{{...}}')")
+        meta = json.loads(first[len(CSV_META_PREFIX):])
+        rows = list(csv.reader(fh))
+    if meta.get("meanfield_format", FORMAT_VERSION + 1) > FORMAT_VERSION:
+        raise ValueError(f"{path} was written by a newer meanfield (format {meta.get('meanfield_format')})")
+    header, body = rows[0], rows[1:]
+    arrays = {k: decode(v) for k, v in meta["arrays"].items()}
+    for key, spec in meta["columns"].items():
+        if key not in header:
+            raise ValueError(f"{path}: the column {key!r} is missing")
+        j = header.index(key)
+        kind = np.dtype(spec["dtype"]).kind
+        cells = [r[j] for r in body]
+        vals = [c == "True" for c in cells] if kind == "b" else [int(c) if kind in "iu" else float(c)
+                                                                   for c in cells]
+        arrays[key] = np.array(vals, dtype=spec["dtype"]).reshape(spec["shape"])
+    return decode(meta["data"], arrays)
 
 
 def _csv_cell(v):
@@ -394,7 +456,8 @@ class Result:
                 if not f.name.startswith("_")}
 
     def save(self, path):
-        """Write to ``path``: ``.json`` or ``.npz`` (reloadable with :meth:`load`) or ``.csv`` (arrays only)."""
+        """Write to ``path``: ``.json``, ``.npz`` or ``.csv`` (grid arrays as columns), each reloadable with
+        :meth:`load`."""
         return save(self, path)
 
     @classmethod

@@ -43,6 +43,7 @@ from typing import Callable
 
 import sympy as sp
 
+from . import _names
 from ._validate import check_real, numeric_value
 from .gaussian import GaussianExpectation, GaussianExpectation2, numpy_function
 from .symbols import x
@@ -54,6 +55,7 @@ __all__ = [
     "Gelu",
     "UserActivation",
     "user_activation",
+    "parse_activation",
     "Elu",
     "HardTanh",
     "ACTIVATIONS",
@@ -1008,6 +1010,131 @@ ACTIVATIONS: dict[str, Callable[..., Activation]] = {
 }
 
 
+#: what an activation written as text (``activation("x*erf(x)")``, ``meanfield --activation``) may call,
+#: by the names in meanfield._names (sympy's, with abs/max/min as Python spells them)
+EXPRESSION_FUNCTIONS = {name: getattr(sp, {"abs": "Abs", "max": "Max", "min": "Min"}.get(name, name))
+                        for name in _names.EXPRESSION_FUNCTIONS}
+#: the constants it may name (besides numbers)
+EXPRESSION_CONSTANTS = {name: getattr(sp, name) for name in _names.EXPRESSION_CONSTANTS}
+#: the longest activation text accepted
+EXPRESSION_MAX_CHARS = 200
+expression_help = _names.expression_help
+
+
+def _check_expression_tree(tree) -> None:
+    """ValueError unless the Python syntax tree of an activation text uses only numbers, x, the
+    constants, the arithmetic operators and calls of :data:`EXPRESSION_FUNCTIONS` by name.
+
+    This check, not sympy, is what keeps the text from running code: ``parse_expr`` ends in
+    ``eval``, so anything that could reach Python objects (attributes, subscripts, lambdas,
+    strings, keywords, other names) is refused here before it is called.
+    """
+    import ast
+
+    ops = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+
+    def has_x(node):
+        return any(isinstance(n, ast.Name) and n.id == "x" for n in ast.walk(node))
+
+    def number(node):   # the value of a literal, its negation, or a ratio of these; else None
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
+            v = number(node.operand)
+            return None if v is None else (-v if isinstance(node.op, ast.USub) else v)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            a, b = number(node.left), number(node.right)
+            return None if a is None or not b else a / b
+        return None
+
+    def small_number(node):
+        v = number(node)
+        return v is not None and abs(v) <= 100
+
+    def visit(node):
+        if isinstance(node, ast.Expression):
+            return visit(node.body)
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+                raise ValueError(f"{node.value!r} is not a number")
+            return
+        if isinstance(node, ast.Name):
+            if node.id != "x" and node.id not in EXPRESSION_CONSTANTS:
+                what = "a function, call it: " + node.id + "(x)" if node.id in EXPRESSION_FUNCTIONS else \
+                    "unknown name " + repr(node.id) + " (the variable is x)"
+                raise ValueError(what)
+            return
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
+            return visit(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            if isinstance(node.op, ast.Pow) and not has_x(node.left) and not has_x(node.right):
+                # a power of constants is evaluated exactly: keep its size bounded (no 9**9**9)
+                if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) for n in ast.walk(node.left)) \
+                        or not small_number(node.right):
+                    raise ValueError(f"a power of constants needs a number up to 100 as its exponent "
+                                     f"and no power in its base, got {ast.unparse(node)!r}")
+            visit(node.left)
+            return visit(node.right)
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name):
+                visit(node.func)   # says what is wrong with it (attribute access, a call of a call, ...)
+                raise ValueError(f"{ast.unparse(node.func)!r} is not a function name")
+            if node.func.id not in EXPRESSION_FUNCTIONS:
+                raise ValueError(f"unknown function {node.func.id!r}")
+            if node.keywords or not node.args or any(isinstance(a, ast.Starred) for a in node.args):
+                raise ValueError(f"{node.func.id}(...) takes plain arguments")
+            for a in node.args:
+                visit(a)
+            return
+        kind = {ast.Attribute: "attribute access ('.')", ast.Lambda: "lambda", ast.Subscript: "indexing ('[]')",
+                ast.Compare: "a comparison", ast.BoolOp: "and/or", ast.IfExp: "if/else"}.get(type(node))
+        raise ValueError(f"{kind or type(node).__name__ + ' ' + repr(ast.unparse(node))} is not allowed")
+
+    visit(tree)
+
+
+def parse_activation(text: str) -> sp.Expr:
+    """The sympy expression in :data:`meanfield.symbols.x` that ``text`` spells, e.g. ``"x*erf(x)"``.
+
+    Parsed with :func:`sympy.parsing.sympy_parser.parse_expr` after a check of
+    its Python syntax tree (:func:`_check_expression_tree`): only numbers, x,
+    pi, E, ``+ - * / **`` (``^`` means ``**``) and calls of
+    :data:`EXPRESSION_FUNCTIONS` pass, so no other Python runs. The text is at
+    most :data:`EXPRESSION_MAX_CHARS` characters.
+
+    Raises
+    ------
+    ValueError
+        Saying what is wrong (an unknown name, attribute access, no x, ...),
+        without the argument's name (the caller adds it).
+    """
+    import ast
+
+    from sympy.parsing.sympy_parser import convert_xor, parse_expr, standard_transformations
+
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("the expression is empty")
+    if len(text) > EXPRESSION_MAX_CHARS:
+        raise ValueError(f"the expression is longer than {EXPRESSION_MAX_CHARS} characters")
+    try:
+        tree = ast.parse(text.strip().replace("^", "**"), mode="eval")
+    except SyntaxError:
+        raise ValueError("it does not parse as an expression") from None
+    _check_expression_tree(tree)
+    local = {"x": x, **EXPRESSION_FUNCTIONS, **EXPRESSION_CONSTANTS}
+    # the names auto_number and auto_symbol write, and no builtins
+    glob = {"__builtins__": {}, "Integer": sp.Integer, "Float": sp.Float, "Rational": sp.Rational,
+            "Symbol": sp.Symbol}
+    try:
+        expr = parse_expr(text.strip(), local_dict=local, global_dict=glob,
+                          transformations=standard_transformations + (convert_xor,))
+    except Exception as err:  # sympy's evaluation (e.g. a function given the wrong number of arguments)
+        raise ValueError(f"sympy cannot build it ({type(err).__name__}: {err})") from None
+    if not isinstance(expr, sp.Expr) or x not in expr.free_symbols:
+        raise ValueError("the expression does not contain x")
+    return expr
+
+
 def available_activations() -> tuple[str, ...]:
     """Names accepted by :func:`activation`."""
     return tuple(ACTIVATIONS)
@@ -1023,13 +1150,15 @@ def activation(spec, **params) -> Activation:
         takes ``negative_slope``, ``scale_invariant`` takes ``a_plus`` and
         ``a_minus``), or a sympy expression in exactly one free symbol, e.g.
         ``sympy.sin(t) + t / 2``, whose Gaussian moments are then computed by
-        quadrature.
+        quadrature, or such an expression in x written as text,
+        ``"x*erf(x)"`` (:func:`parse_activation`: numbers, pi, E, arithmetic
+        and :data:`EXPRESSION_FUNCTIONS`; no other Python is run).
 
     Raises
     ------
     ValueError
-        Unknown name, unexpected parameters, or an expression without exactly
-        one free symbol.
+        Unknown name, text that is not such an expression, unexpected
+        parameters, or an expression without exactly one free symbol.
     """
     if isinstance(spec, Activation):
         if params:
@@ -1038,9 +1167,14 @@ def activation(spec, **params) -> Activation:
     if isinstance(spec, str):
         key = spec.strip().lower()
         if key not in ACTIVATIONS:
-            raise ValueError(
-                f"activation={spec!r} is not known; choose one of {', '.join(ACTIVATIONS)} "
-                "or pass a sympy expression in one variable")
+            try:
+                expr = parse_activation(spec)
+            except ValueError as err:
+                raise ValueError(f"activation={spec!r} is not known: {err}; give one of {', '.join(ACTIVATIONS)}, "
+                                 f"{expression_help()}, or a sympy expression in one variable") from None
+            if params:
+                raise ValueError(f"activation parameters {sorted(params)} cannot be applied to an expression")
+            return user_activation(expr)
         try:
             return ACTIVATIONS[key](**params)
         except TypeError:

@@ -705,8 +705,7 @@ class Residual(Primitive):
 # ---------------------------------------------------------------------------
 # Blocks.
 # ---------------------------------------------------------------------------
-NORMS = ("none", "ln_pre", "ln_post", "bn")
-BLOCKS = ("mlp", "resmlp", "mixer")
+from ._names import BLOCKS, NORMS  # noqa: E402  (the CLI lists them without importing this module)
 
 
 #: norm name -> one norm -> phi -> Dense stage of an MLP block (an entry per menu item)

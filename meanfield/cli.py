@@ -14,8 +14,6 @@ phase-diagram, verify, autoinit, kernels, cache.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
 import os
@@ -23,9 +21,9 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
-
-from .plotting import FIGURE_FORMATS
+# Only light modules here: --help and --version must not load numpy, sympy, numba, scipy or
+# matplotlib (tests/test_cli.py checks). Each command imports what it needs.
+from ._names import ACTIVATION_NAMES, BLOCKS, FIGURE_FORMATS, NORMS, expression_help
 
 __all__ = ["main", "build_parser"]
 
@@ -35,15 +33,21 @@ EXIT_FAILURE = 1
 GRID_HELP = ("'start:stop:count' (count evenly spaced values from start to stop, both included) "
              "or a comma-separated list of values")
 
-EPILOG = ("Grids (--sigma-w, --sigma-b) are " + GRID_HELP + ", e.g. 0.5:3:11 or 1,1.5,2. "
-          "Exit status: 0 success; 1 a failure while running (a file that cannot be written, the output "
+def _grid_epilog(options) -> str:
+    return f"Grids ({', '.join(options)}) are {GRID_HELP}, e.g. 0.5:3:11 or 1,1.5,2. "
+
+EPILOG = ("Exit status: 0 success; 1 a failure while running (a file that cannot be written, the output "
           "closed early, a verification case failing); 2 a usage error (a bad option or value). Errors are "
           "one line on stderr; MEANFIELD_DEBUG=1 shows tracebacks. The first use of an activation compiles "
           "its recursions (one line on stderr says so); see 'meanfield cache info'.")
 
 
 class UsageError(Exception):
-    """A problem with what the user typed: one line, exit status 2."""
+    """A problem with what the user typed: one line, exit status 2 (main() adds the 'meanfield CMD: error:' prefix)."""
+
+    def __init__(self, message, prog=None):
+        super().__init__(message)
+        self.prog = prog
 
 
 class RunError(Exception):
@@ -52,27 +56,27 @@ class RunError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line instead of usage + message
-        raise UsageError(f"{self.prog}: {message}")
+        if message.endswith("expected one argument"):   # e.g. --sigma-w -1,2: argparse reads -1,2 as an option
+            message += f" (a value that starts with '-' goes after '=', e.g. {message.split()[1].rstrip(':')}=-1,2)"
+        raise UsageError(message, prog=self.prog)
 
 
 # ---------------------------------------------------------------------------
 # Shared options.
 # ---------------------------------------------------------------------------
 def _add_arch_options(p):
-    from .activations import available_activations
-    from .calculus import BLOCKS, NORMS
-
     g = p.add_argument_group("architecture")
-    g.add_argument("--activation", default="relu", metavar="NAME",
-                   help=f"activation: one of {', '.join(available_activations())} (default relu)")
+    g.add_argument("--activation", default="relu", metavar="NAME|EXPR",
+                   help=f"activation: one of {', '.join(ACTIVATION_NAMES)}, or {expression_help()}, quoted, "
+                        "e.g. \"x*erf(x)\" (default relu)")
     g.add_argument("--negative-slope", type=float, default=None,
                    help="negative slope for --activation leaky_relu (default 0.01)")
     g.add_argument("--norm", default="none", choices=NORMS, help="normalisation in an MLP block (default none)")
     g.add_argument("--mu", type=float, default=None,
                    help="residual strength in [0, 1]; omit for no skip connection")
     g.add_argument("--block", default="mlp", choices=BLOCKS, help="block type (default mlp)")
-    g.add_argument("--eps", type=float, default=0.1, help="LayerScale of resmlp blocks (default 0.1)")
-    g.add_argument("--stages", type=int, default=1, help="norm->phi->Dense stages per MLP block (default 1)")
+    g.add_argument("--eps", type=float, default=0.1, help="LayerScale of resmlp blocks, >= 0 (default 0.1)")
+    g.add_argument("--stages", type=int, default=1, help="norm->phi->Dense stages per MLP block, >= 1 (default 1)")
     g.add_argument("--spec", default=None, metavar="FILE.json",
                    help="any architecture as a JSON file (meanfield.to_json of a Network or Architecture); "
                         "replaces the options above")
@@ -90,8 +94,9 @@ _finite.__name__ = "finite number"
 
 
 
-def _add_json(p):
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+def _add_json(p, loads_with=None):
+    p.add_argument("--json", action="store_true", help="print the result as JSON" + (
+        f" (saved to a .json file it loads with {loads_with}.load)" if loads_with else ""))
 
 
 def _architecture(args):
@@ -112,11 +117,24 @@ def _architecture(args):
         except (ValueError, json.JSONDecodeError) as err:
             raise UsageError(f"--spec {args.spec}: {err}") from None
 
-    kw = dict(activation=args.activation, norm=args.norm, mu=args.mu, block=args.block,
+    kw = dict(activation=_activation(args.activation), norm=args.norm, mu=args.mu, block=args.block,
               eps=args.eps, stages=args.stages)
     if args.negative_slope is not None:
         kw["negative_slope"] = args.negative_slope
     return as_architecture(**kw)
+
+
+def _activation(text: str):
+    """--activation: a built-in name as given, else the sympy expression the text spells (parsed safely)."""
+    if text.strip().lower() in ACTIVATION_NAMES:
+        return text
+    from .activations import parse_activation
+
+    try:
+        return parse_activation(text)
+    except ValueError as err:
+        raise UsageError(f"--activation {text!r}: {err}; give one of {', '.join(ACTIVATION_NAMES)}, or "
+                         f"{expression_help()}") from None
 
 
 MAX_GRID = 1_000_000
@@ -124,6 +142,8 @@ MAX_GRID = 1_000_000
 
 def parse_grid(text: str, name: str) -> np.ndarray:
     """'a:b:n' (n points from a to b, both included) or 'v1,v2,...' -> float64 array of finite values."""
+    import numpy as np
+
     try:
         if ":" in text:
             a, b, n = text.split(":")
@@ -142,10 +162,13 @@ def parse_grid(text: str, name: str) -> np.ndarray:
 
 
 def _emit(args, result, text: str | None = None):
-    from ._serialize import to_jsonable
+    """Print ``text`` (default ``str(result)``), or with --json: a result as the file Result.save writes
+    (so ``> file.json`` loads with ``Result.load``), anything else (a summary) as plain JSON."""
+    from ._serialize import Result, dumps, to_jsonable
 
     if getattr(args, "json", False):
-        print(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
+        print(dumps(result, indent=1) if isinstance(result, Result)
+              else json.dumps(to_jsonable(result), indent=2, allow_nan=False))
     else:
         print(text if text is not None else result)
 
@@ -154,17 +177,11 @@ def _emit(args, result, text: str | None = None):
 # Commands.
 # ---------------------------------------------------------------------------
 def cmd_recursion(args):
-    import sympy as sp
-
     from .symbolic import recursion
 
     rec = recursion(_architecture(args))
-    if args.json:
-        data = {"architecture": str(rec.architecture), "state": [str(s) for s in rec.state]}
-        for name in ("kernel", "kernel12", "chi_J", "chi_K", "chi_Delta"):
-            data[name] = str(getattr(rec, name))
-            data[name + "_latex"] = sp.latex(getattr(rec, name))
-        print(json.dumps(data, indent=2))
+    if args.json:   # loads with meanfield.Recursion.load
+        print(json.dumps(rec.to_dict(), indent=2))
     elif args.latex:
         print(rec.latex())
     else:
@@ -203,23 +220,21 @@ def cmd_critical_point(args):
 
 
 def cmd_critical_line(args):
+    import numpy as np
+
     import meanfield as mf
+    from ._serialize import write_csv
 
     sw = parse_grid(args.sigma_w, "sigma-w")
     line = mf.critical_line(_architecture(args), sigma_w=sw)
     if args.json:
         _emit(args, line)
         return
-    sb = np.asarray(getattr(line, "sigma_b", line), dtype=float)
-    sw_out = np.asarray(getattr(line, "sigma_w", sw), dtype=float)
-    if args.csv:
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["sigma_w", "sigma_b"])
-        for a, b in zip(np.broadcast_to(sw_out, sb.shape), sb):
-            w.writerow([repr(float(a)), repr(float(b))])
-        print(buf.getvalue(), end="")
+    if args.csv:   # what CriticalLine.save(...csv) writes: loads with CriticalLine.load
+        write_csv(line, sys.stdout)
         return
+    sb = np.asarray(line.sigma_b, dtype=float)
+    sw_out = np.asarray(line.sigma_w, dtype=float)
     if line.everywhere_critical:
         print(f"{line.architecture}: critical everywhere; {line.note}")
         return
@@ -293,39 +308,31 @@ def _check_writable(paths, option):
             raise UsageError(f"{option}: cannot write {path} ({err.strerror or err})") from None
 
 
-def _write(path: Path, text: str):
-    try:
-        path.write_text(text)
-    except OSError as err:
-        raise RunError(f"cannot write {path} ({err.strerror or err})") from None
-
-
 def cmd_phase_diagram(args):
     import meanfield as mf
-    from ._serialize import to_jsonable
     from .plotting import plot_phase_diagram
 
     arch = _architecture(args)
     sw = parse_grid(args.sigma_w, "sigma-w")
     sb = parse_grid(args.sigma_b, "sigma-b")
     if not (math.isfinite(args.tol) and args.tol >= 0):
-        raise UsageError(f"--tol must be a finite number >= 0, got {args.tol}")
+        raise UsageError(f"--tol must be >= 0, got {args.tol}")
     if args.dpi < 1:
-        raise UsageError(f"--dpi must be a positive integer, got {args.dpi}")
+        raise UsageError(f"--dpi must be >= 1, got {args.dpi}")
     prefix, fig_ext = _out_prefix(args.out)
     paths = {"figure": prefix.parent / (prefix.name + fig_ext), "csv": prefix.parent / (prefix.name + ".csv"),
              "json": prefix.parent / (prefix.name + ".json")}
     _check_writable(paths.values(), "--out")   # before the work, so none is lost
     pd = mf.phase_diagram(arch, sigma_w=sw, sigma_b=sb, tol=args.tol)
     try:
-        pd.save(paths["csv"])   # one row per grid point, the phase by name (meanfield.PHASES)
+        pd.save(paths["csv"])    # one row per grid point, the phase by name (meanfield.PHASES)
+        pd.save(paths["json"])   # both load with mf.PhaseDiagram.load
         ax = plot_phase_diagram(pd, path=paths["figure"], dpi=args.dpi)
     except OSError as err:
         raise RunError(f"cannot write the phase diagram's files ({err.strerror or err})") from None
     import matplotlib.pyplot as plt
 
     plt.close(ax.figure)
-    _write(paths["json"], json.dumps(to_jsonable(pd), allow_nan=False))
     counts = pd.counts()
     crossings = _line_crossings(pd.chi_J)
     files = {k: str(v) for k, v in paths.items()}
@@ -343,17 +350,22 @@ def cmd_phase_diagram(args):
 
 
 def _grid_data(pd) -> dict:
-    """The phase diagram's arrays as JSON-ready lists (NaN/inf as null), indexed [i_sigma_w][j_sigma_b]."""
+    """The phase diagram's arrays as JSON-ready lists (NaN/inf as null), indexed [i_sigma_w][j_sigma_b],
+    named as PhaseDiagram's attributes."""
+    import numpy as np
+
     def lst(a):
         a = np.asarray(a, dtype=float)
         return [[float(v) if math.isfinite(v) else None for v in row] for row in a]
 
     return {"sigma_w": [float(v) for v in pd.sigma_w], "sigma_b": [float(v) for v in pd.sigma_b],
-            "K_star": lst(pd.K), "chi_J": lst(pd.chi_J), "xi": lst(pd.xi), "phase": pd.phase_names().tolist()}
+            "K": lst(pd.K), "chi_J": lst(pd.chi_J), "xi": lst(pd.xi), "phase": pd.phase_names().tolist()}
 
 
 def _line_crossings(chi) -> int:
     """Neighbouring grid points (along either axis) on opposite sides of chi_J* = 1."""
+    import numpy as np
+
     with np.errstate(invalid="ignore"):
         side = np.sign(np.asarray(chi, dtype=float) - 1.0)
     n = 0
@@ -404,7 +416,7 @@ def _autoinit_model(args):
 
         acts = tuple(n for n, row in TORCH_ACTIVATIONS.items() if row.module is not None)
         if args.activation not in acts:
-            raise UsageError(f"meanfield autoinit: --activation for --model mlp must be one of {', '.join(acts)}")
+            raise UsageError(f"--activation for --model mlp must be one of {', '.join(acts)}")
         gen = torch.Generator().manual_seed(args.seed)
         layers = []
         for _ in range(args.depth):
@@ -428,17 +440,19 @@ def _autoinit_model(args):
 
 def _load_inputs(path, option):
     """An (n, d) float array from a .npy file (a 1-d array is one input); (n, T, d) images for token blocks."""
+    import numpy as np
+
     p = Path(path)
     if not p.is_file():
-        raise UsageError(f"meanfield kernels: {option}: {path} is not a file")
+        raise UsageError(f"{option}: {path} is not a file")
     try:
         a = np.load(p, allow_pickle=False)
     except (OSError, ValueError) as err:
-        raise UsageError(f"meanfield kernels: {option}: cannot read {path} as a .npy array ({err})") from None
+        raise UsageError(f"{option}: cannot read {path} as a .npy array ({err})") from None
     if a.ndim == 1:
         a = a[None, :]
     if a.ndim not in (2, 3) or a.dtype.kind not in "biuf":
-        raise UsageError(f"meanfield kernels: {option}: expected a numeric array of shape (n, d) (or images "
+        raise UsageError(f"{option}: expected a numeric array of shape (n, d) (or images "
                          f"(n, T, d) for --block resmlp/mixer), got "
                          f"{a.dtype} {a.shape}")
     return a.astype(np.float64)
@@ -451,7 +465,7 @@ def cmd_kernels(args):
     x2 = _load_inputs(args.inputs2, "--inputs2") if args.inputs2 else None
     out = Path(args.out)
     if out.suffix not in (".npz", ".json"):
-        raise UsageError(f"meanfield kernels: --out must end in .npz or .json, got {args.out!r}")
+        raise UsageError(f"--out must end in .npz or .json, got {args.out!r}")
     _check_writable([out], "--out")
     get = ("nngp", "ntk") if args.get == "both" else (args.get,)
     r = kernels(_architecture(args), x1, x2, depth=args.depth, sigma_w=args.sigma_w, sigma_b=args.sigma_b,
@@ -469,29 +483,36 @@ def cmd_kernels(args):
     _emit(args, summary, text=text)
 
 
+def _progress_bar(args) -> bool:
+    """A progress bar only for a person watching: stderr a terminal, and no --json."""
+    return not getattr(args, "json", False) and sys.stderr.isatty()
+
+
 AUTOINIT_MAX = {"depth": 1000, "width": 8192, "steps": 100_000, "batch": 4096}
 
 
 def cmd_autoinit(args):
-    from .torch.autoinit import autoinit, save_scales
-
     for name, v, lo, hi in (("--depth", args.depth, 1, AUTOINIT_MAX["depth"]),
                             ("--width", args.width, 1, AUTOINIT_MAX["width"]),
                             ("--steps", args.steps, 1, AUTOINIT_MAX["steps"]),
                             ("--batch", args.batch, 2, AUTOINIT_MAX["batch"])):
         if not lo <= v <= hi:
-            raise UsageError(f"meanfield autoinit: {name} must be between {lo} and {hi}, got {v}")
+            raise UsageError(f"{name} must be between {lo} and {hi}, got {v}")
     if not args.sigma_w > 0:
-        raise UsageError(f"meanfield autoinit: --sigma-w must be a finite number > 0, got {args.sigma_w}")
+        raise UsageError(f"--sigma-w must be > 0, got {args.sigma_w}")
     if args.seed < 0:
-        raise UsageError(f"meanfield autoinit: --seed must be >= 0, got {args.seed}")
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
     acts = ("relu", "gelu", "tanh", "silu")
     if args.activation not in acts:
-        raise UsageError(f"meanfield autoinit: --activation must be one of {', '.join(acts)}, got {args.activation!r}")
+        raise UsageError(f"--activation must be one of {', '.join(acts)}, got {args.activation!r}")
     out = Path(args.out)
     _check_writable([out], "--out")   # before tuning, so no work is lost
+    import numpy as np
+
+    from .torch.autoinit import autoinit, save_scales   # torch: after the checks, which need none
+
     model, x = _autoinit_model(args)
-    _, report = autoinit(model, x, steps=args.steps, seed=args.seed, progress=not args.json)
+    _, report = autoinit(model, x, steps=args.steps, seed=args.seed, progress=_progress_bar(args))
     try:
         save_scales(report, out, model=args.model, depth=args.depth, width=args.width,
                     activation=args.activation, sigma_w=args.sigma_w, seed=args.seed)
@@ -516,54 +537,59 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    def add(name, **kw):
-        return sub.add_parser(name, epilog=EPILOG, **kw)
+    def add(name, grid=(), **kw):   # the grid paragraph only where there are grid options
+        return sub.add_parser(name, epilog=(_grid_epilog(grid) if grid else "") + EPILOG, **kw)
 
     s = add("recursion", help="print the derived infinite-width recursions",
             description="Print K^{l+1}(K^l), chi_J, chi_K for an architecture.")
     _add_arch_options(s)
     s.add_argument("--latex", action="store_true", help="print LaTeX instead of text")
-    _add_json(s)
+    _add_json(s, "meanfield.Recursion")
     s.set_defaults(func=cmd_recursion)
 
     s = add("critical-point", help="points with chi_J* = chi_K* = 1",
             description="All critical points (chi_J* = chi_K* = 1) with K* and stability.")
     _add_arch_options(s)
-    _add_json(s)
+    _add_json(s, "meanfield.CriticalPoints")
     s.set_defaults(func=cmd_critical_point)
 
-    s = add("critical-line", help="sigma_b on the critical line for given sigma_w",
+    s = add("critical-line", grid=("--sigma-w",), help="sigma_b on the critical line for given sigma_w",
             description="sigma_b(sigma_w) with chi_J* = 1 (nan where no line exists), printed as a table.")
     _add_arch_options(s)
     s.add_argument("--sigma-w", default="0.5:3:11", metavar="GRID",
                    help=f"sigma_w values: {GRID_HELP} (default 0.5:3:11)")
     fmt = s.add_mutually_exclusive_group()
-    fmt.add_argument("--csv", action="store_true", help="print CSV (sigma_w, sigma_b)")
-    fmt.add_argument("--json", action="store_true", help="print the result as JSON")
+    fmt.add_argument("--csv", action="store_true",
+                     help="print CSV: a '# meanfield' line, then columns sigma_w, sigma_b, K_star, chi_K, reached "
+                          "(saved to a .csv file it loads with meanfield.CriticalLine.load)")
+    fmt.add_argument("--json", action="store_true",
+                     help="print the result as JSON (saved to a .json file it loads with meanfield.CriticalLine.load)")
     s.set_defaults(func=cmd_critical_line)
 
     s = add("exponents", help="critical exponents zeta_K and zeta",
             description="Critical exponents, analytic (series) and numeric (deep iteration).")
     _add_arch_options(s)
-    s.add_argument("--sigma-w", type=_finite, required=True, metavar="X", help="weight scale sigma_w (> 0)")
+    s.add_argument("--sigma-w", type=_finite, required=True, metavar="X", help="weight scale sigma_w (>= 0)")
     s.add_argument("--sigma-b", type=_finite, required=True, metavar="X", help="bias scale sigma_b (>= 0)")
-    _add_json(s)
+    _add_json(s, "meanfield.Exponents")
     s.set_defaults(func=cmd_exponents)
 
-    s = add("phase-diagram", help="chi_J*, xi and phase on a grid; writes a figure, CSV and JSON",
+    s = add("phase-diagram", grid=("--sigma-w", "--sigma-b"),
+            help="chi_J*, xi and phase on a grid; writes a figure, CSV and JSON",
             description="Phase diagram on a (sigma_w, sigma_b) grid: writes PREFIX.png (or .pdf/.svg), "
-                        "PREFIX.csv and PREFIX.json, and prints the phase counts (or, with --json, the data).")
+                        "PREFIX.csv and PREFIX.json (both load with meanfield.PhaseDiagram.load), and prints the "
+                        "phase counts (or, with --json, a summary with the data).")
     _add_arch_options(s)
     s.add_argument("--sigma-w", default="0.1:3:60", metavar="GRID", help=f"sigma_w values: {GRID_HELP} "
                    "(default 0.1:3:60)")
     s.add_argument("--sigma-b", default="0:2:40", metavar="GRID", help=f"sigma_b values: {GRID_HELP} "
                    "(default 0:2:40)")
     s.add_argument("--tol", type=_finite, default=1e-9, metavar="X",
-                   help="points with |chi_J* - 1| <= X count as critical (default 1e-9)")
+                   help="points with |chi_J* - 1| <= X count as critical, X >= 0 (default 1e-9)")
     s.add_argument("--out", default="phase_diagram", metavar="PREFIX",
                    help="output path prefix; folders are created; a .png, .pdf, .svg or .eps ending picks the "
                         "figure format (vector, or PNG at --dpi), any other dot is part of the name (default ./phase_diagram)")
-    s.add_argument("--dpi", type=int, default=300, metavar="N", help="resolution of a PNG figure (default 300)")
+    s.add_argument("--dpi", type=int, default=300, metavar="N", help="resolution of a PNG figure, >= 1 (default 300)")
     _add_json(s)
     s.set_defaults(func=cmd_phase_diagram)
 
@@ -587,9 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--activation", default="relu", help="relu, gelu, tanh or silu (default relu)")
     s.add_argument("--sigma-w", type=_finite, default=2.0, metavar="X",
                    help="initial weight scale, fan-in, > 0 (default 2)")
-    s.add_argument("--steps", type=int, default=200, help="at most this many AutoInit steps (default 200)")
-    s.add_argument("--batch", type=int, default=16, help="inputs per step, >= 2 (default 16)")
-    s.add_argument("--seed", type=int, default=0, help="random seed for the weights and inputs (default 0)")
+    s.add_argument("--steps", type=int, default=200,
+                   help=f"at most this many AutoInit steps, 1..{AUTOINIT_MAX['steps']} (default 200)")
+    s.add_argument("--batch", type=int, default=16, help=f"inputs per step, 2..{AUTOINIT_MAX['batch']} (default 16)")
+    s.add_argument("--seed", type=int, default=0, help="random seed for the weights and inputs, >= 0 (default 0)")
     s.add_argument("--out", default="autoinit.json", metavar="FILE",
                    help="where the tuned scales go (JSON; checked writable before tuning; default ./autoinit.json)")
     _add_json(s)
@@ -612,7 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--parameterization", default="ntk", choices=("ntk", "standard"),
                    help="which variables are trained (default ntk; standard needs --width)")
     s.add_argument("--width", type=_finite, default=None, metavar="N",
-                   help="hidden fan-in, for the standard parameterisation's NTK")
+                   help="hidden fan-in (>= 1), for the standard parameterisation's NTK")
     s.add_argument("--get", default="both", choices=("nngp", "ntk", "both"), help="which kernels (default both)")
     s.add_argument("--out", default="kernels.npz", metavar="FILE", help="output .npz or .json (default kernels.npz)")
     _add_json(s)
@@ -630,7 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):
-    print(f"meanfield: warning: {message}", file=sys.stderr)
+    print(f"meanfield: warning: {' '.join(str(message).split())}", file=sys.stderr)
 
 
 def _stdout_gone():
@@ -642,38 +669,70 @@ def _stdout_gone():
         pass
 
 
+def _options_of(parser, command) -> dict:
+    """Python argument name -> option of ``command`` (sigma_w -> --sigma-w), for rewording library errors."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    cmd = sub.choices.get(command) if sub is not None and command else None
+    if cmd is None:
+        return {}
+    return {a.dest: a.option_strings[-1] for a in cmd._actions
+            if a.option_strings and a.option_strings[-1].startswith("--") and a.dest not in ("help", "json")}
+
+
+def cli_words(message: str, options: dict) -> str:
+    """A library message in the command line's words: ``sigma_w must be >= 0`` -> ``--sigma-w must be >= 0``,
+    ``parameterization='standard'`` -> ``--parameterization standard``; one line."""
+    import re
+
+    message = " ".join(str(message).split()).replace(" or None (no skip connection)",
+                                                      " (omit --mu for no skip connection)")
+    for dest, opt in sorted(options.items(), key=lambda kv: -len(kv[0])):
+        message = re.sub(rf"(?<![\w.-]){re.escape(dest)}=(?:'([^']*)'|(\S+?))(?=[\s,;:)]|$)",
+                         lambda m: f"{opt} {m.group(1) if m.group(1) is not None else m.group(2)}", message)
+        # a bare name where it is the argument: always for sigma_w-like names, else as a sentence's subject
+        bare = rf"(?<![\w.'-]){re.escape(dest)}(?![\w(=\[.'])"
+        message = re.sub(bare if "_" in dest else bare + r"(?= (?:must|needs|is needed|is required)\b)", opt,
+                         message)
+    return message
+
+
 def main(argv=None) -> int:
+    """Run the command line; every error is one line ``meanfield COMMAND: error: ...`` on stderr."""
     parser = build_parser()
     debug = os.environ.get("MEANFIELD_DEBUG", "") not in ("", "0")
+    prog = "meanfield"
+    options = {}
 
-    def fail(msg, code):
-        print(msg if msg.startswith("meanfield") else f"meanfield: error: {msg}", file=sys.stderr)
+    def fail(msg, code, where=None):
+        print(f"{where or prog}: error: {msg}", file=sys.stderr)
         return code
 
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warning
             args = parser.parse_args(argv)
+            prog = f"meanfield {args.command}"
+            options = _options_of(parser, args.command)
             rc = args.func(args)
             sys.stdout.flush()
         return int(rc or 0)
     except BrokenPipeError:
         _stdout_gone()
-        return fail("meanfield: error: output closed before everything was printed (broken pipe)", EXIT_FAILURE)
+        return fail("output closed before everything was printed (broken pipe)", EXIT_FAILURE)
     except UsageError as exc:
-        return fail(str(exc), EXIT_USAGE)
+        return fail(" ".join(str(exc).split()), EXIT_USAGE, exc.prog)
     except RunError as exc:
         return fail(str(exc), EXIT_FAILURE)
     except ValueError as exc:  # bad values reach the library's validation
         if debug:
             raise
-        return fail(" ".join(str(exc).split()), EXIT_USAGE)
+        return fail(cli_words(exc, options), EXIT_USAGE)
     except ImportError as exc:
         if debug:
             raise
         return fail(f"{exc} (install the verification extra: pip install 'meanfield[verify]')", EXIT_FAILURE)
     except KeyboardInterrupt:
-        return fail("meanfield: interrupted", 130)
+        return fail("interrupted", 130)
     except OSError as exc:
         if debug:
             raise

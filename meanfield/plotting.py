@@ -17,8 +17,7 @@ import numpy as np
 
 __all__ = ["plot_phase_diagram", "architecture_latex", "colour_range", "FIGURE_FORMATS"]
 
-#: extensions :func:`plot_phase_diagram` writes (vector: pdf, svg, eps; raster: png)
-FIGURE_FORMATS = (".pdf", ".svg", ".eps", ".png")
+from ._names import FIGURE_FORMATS  # noqa: E402  (the CLI checks --out without importing matplotlib)
 
 _NORM_LATEX = {"none": None, "ln_pre": "pre-LayerNorm", "ln_post": "post-LayerNorm", "bn": "BatchNorm"}
 _ACT_NAMES = {"relu": "ReLU", "gelu": "GELU", "silu": "SiLU", "selu": "SELU", "elu": "ELU",

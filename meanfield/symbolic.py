@@ -118,6 +118,57 @@ class Recursion:
         pair = self.kernel.has(S.K12) or self.chi_J.has(S.K12)
         return (S.K, S.K12) if pair else (S.K,)
 
+    #: the expressions a saved recursion holds (as text and LaTeX)
+    _SAVED = ("kernel", "kernel12", "chi_J", "chi_K", "chi_Delta")
+
+    def to_dict(self) -> dict:
+        """The recursion as strict JSON data: each expression as text (``str``) and LaTeX
+        (``NAME_latex``), the architecture as text and as its lossless spec (``spec``), so that
+        :meth:`load` can rebuild it. ``meanfield recursion --json`` prints this."""
+        from ._serialize import FORMAT_VERSION, encode
+
+        data = {"meanfield_format": FORMAT_VERSION, "result": "Recursion", "architecture": str(self.architecture),
+                "spec": encode(self.architecture), "state": [str(s) for s in self.state]}
+        for name in self._SAVED:
+            data[name] = str(getattr(self, name))
+            data[name + "_latex"] = sp.latex(getattr(self, name))
+        return data
+
+    def save(self, path):
+        """Write :meth:`to_dict` to ``path`` (JSON); returns the path."""
+        import json
+        from pathlib import Path
+
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=2))
+        return path
+
+    @classmethod
+    def load(cls, path) -> "Recursion":
+        """The recursion of a file written by :meth:`save` (or ``meanfield recursion --json``).
+
+        The expressions are derived again from the saved architecture (text is
+        never evaluated) and compared with the saved text: ValueError if they
+        differ (a file written by a meanfield or sympy that derives them
+        otherwise) or if the file is not a saved recursion.
+        """
+        import json
+        from pathlib import Path
+
+        from ._serialize import FORMAT_VERSION, decode
+
+        doc = json.loads(Path(path).read_text())
+        if not isinstance(doc, dict) or doc.get("result") != "Recursion" or "spec" not in doc:
+            raise ValueError(f"{path} is not a saved meanfield Recursion")
+        if doc.get("meanfield_format", FORMAT_VERSION + 1) > FORMAT_VERSION:
+            raise ValueError(f"{path} was written by a newer meanfield (format {doc.get('meanfield_format')})")
+        rec = recursion(decode(doc["spec"]))
+        differ = [n for n in cls._SAVED if doc.get(n) != str(getattr(rec, n))]
+        if differ:
+            raise ValueError(f"{path}: the saved {', '.join(differ)} differ from what this meanfield derives for "
+                             f"{rec.architecture}")
+        return rec
+
     @property
     def parameters(self) -> tuple:
         """Free parameter symbols (sigma_w, sigma_b, mu, eps) that appear."""

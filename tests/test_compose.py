@@ -172,9 +172,11 @@ def test_cli_spec(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "meanfield", "critical-line", "--spec", str(spec),
                            "--sigma-w", "1.0,2.0", "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
+    (tmp_path / "line.json").write_text(proc.stdout)
+    got = mf.CriticalLine.load(tmp_path / "line.json")   # --json prints what CriticalLine.save writes
     ref = mf.critical_line(net, sigma_w=[1.0, 2.0])
-    np.testing.assert_allclose(data["sigma_b"], ref.sigma_b, rtol=0, atol=0)
+    np.testing.assert_allclose(got.sigma_b, ref.sigma_b, rtol=0, atol=0)
+    assert str(got.architecture) == str(net)
     bad = subprocess.run([sys.executable, "-m", "meanfield", "recursion", "--spec", str(spec), "--mu", "0.3"],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "--spec replaces" in bad.stderr

@@ -1,7 +1,9 @@
 """`import meanfield` is light: no torch, and well under a second.
 
 Both are measured in fresh subprocesses (a module already imported by the
-test session would hide the cost).
+test session would hide the cost). ``import meanfield`` alone loads nothing
+heavy (names load on first use), so the checks touch a solver name too,
+which loads the symbolic layer (sympy) and the solvers.
 """
 import os
 import subprocess
@@ -16,6 +18,7 @@ TIMED = """
 import sys, time
 t0, c0 = time.perf_counter(), time.process_time()
 import meanfield
+meanfield.critical_line
 print(time.perf_counter() - t0, time.process_time() - c0, 'torch' in sys.modules)
 """
 
@@ -27,7 +30,7 @@ def _run(args):
 
 @pytest.mark.slow
 def test_importtime_shows_no_torch():
-    out = _run(["-X", "importtime", "-c", "import meanfield"])
+    out = _run(["-X", "importtime", "-c", "import meanfield; meanfield.critical_line"])
     modules = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()
                if line.startswith("import time:")]
     assert "meanfield" in modules and "sympy" in modules  # the output is what we think it is
@@ -47,3 +50,9 @@ def test_import_is_fast():
     busy = hasattr(os, "getloadavg") and os.getloadavg()[0] > (os.cpu_count() or 1)
     assert wall < 1.0 or (busy and min(c for _, c in runs) < 1.0), (
         f"import meanfield took {wall:.2f} s wall, {cpu:.2f} s CPU (best of 3)")
+
+
+def test_import_alone_loads_nothing_heavy():
+    code = ("import sys, meanfield; heavy = [m for m in ('numpy', 'sympy', 'numba', 'scipy', 'torch') "
+            "if m in sys.modules]; meanfield.symbols.x; print(heavy, 'sympy' in sys.modules)")
+    assert _run(["-c", code]).stdout.split() == ["[]", "True"]

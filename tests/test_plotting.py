@@ -143,8 +143,8 @@ def test_cli_uses_the_same_figure_and_labels(tmp_path, capsys):
     n_ordered = int(np.sum(SW ** 2 / 2 < 1)) * SB.size              # ReLU: chi_J* = sigma_w^2 / 2
     assert out["points"] == {"ordered": n_ordered, "critical": 0, "chaotic": SW.size * SB.size - n_ordered,
                              "divergent": 0, "undetermined": 0}
-    grid = json.loads((tmp_path / "sweep_mu0.5.json").read_text())
-    assert grid["phase_names"][0] == ["ordered"] * 5 and grid["phase_codes"]["3"] == "undetermined"
+    grid = mf.PhaseDiagram.load(tmp_path / "sweep_mu0.5.json")   # the JSON file loads
+    assert grid.phase_names()[0].tolist() == ["ordered"] * 5 and out["phase"][0] == ["ordered"] * 5
     # a prefix with a dot keeps the dot; the default figure is a 300 dpi PNG
     out = json.loads(_cli("phase-diagram", "--activation", "relu", "--sigma-w", "0.5:2.5:3", "--sigma-b", "0:1:2",
                           "--out", str(tmp_path / "sweep_mu0.7"), "--json", capsys=capsys))

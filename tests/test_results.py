@@ -56,10 +56,14 @@ def results():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ext", ["json", "npz"])
+@pytest.mark.parametrize("ext", ["json", "npz", "csv"])
 def test_every_result_round_trips(results, tmp_path, ext):
     for name, r in results.items():
         assert isinstance(r, Result), name
+        if ext == "csv" and name in ("critical_points", "exponents"):   # no arrays: CSV refused
+            with pytest.raises(ValueError, match="no arrays"):
+                r.save(tmp_path / f"{name}.csv")
+            continue
         path = r.save(tmp_path / f"{name}.{ext}")
         back = type(r).load(path)
         _same(r, back, name)
@@ -84,8 +88,9 @@ def test_load_checks_the_kind_and_the_format(results, tmp_path):
         mf.PhaseDiagram.load(p)
     with pytest.raises(ValueError, match=r"\.json, \.npz, \.csv"):
         results["kernel_profile"].save(tmp_path / "k.txt")
-    with pytest.raises(ValueError, match="CSV"):
-        load(results["kernel_profile"].save(tmp_path / "k.csv"))
+    (tmp_path / "plain.csv").write_text("sigma_w,sigma_b\n1.0,0.0\n")
+    with pytest.raises(ValueError, match="not a saved meanfield result"):
+        load(tmp_path / "plain.csv")
     (tmp_path / "other.json").write_text('{"a": 1}')
     with pytest.raises(ValueError, match="not a saved meanfield result"):
         load(tmp_path / "other.json")
@@ -110,13 +115,20 @@ def test_reprs_are_short_and_say_what_was_computed(results):
 @pytest.mark.slow
 def test_csv_export_of_a_phase_diagram(results, tmp_path):
     pd = results["phase_diagram"]
-    rows = list(csv.DictReader(pd.save(tmp_path / "pd.csv").read_text().splitlines()))
+    lines = pd.save(tmp_path / "pd.csv").read_text().splitlines()
+    assert lines[0].startswith("# meanfield {")   # what the columns do not hold, for load
+    rows = list(csv.DictReader(lines[1:]))
     assert len(rows) == pd.phase.size
-    assert set(rows[0]) == {"sigma_w", "sigma_b", "K_star", "chi_J", "chi_K", "xi", "phase"}
+    # the names of the Python attributes (PhaseDiagram.K, .chi_J, ...)
+    assert set(rows[0]) == {"sigma_w", "sigma_b", "K", "chi_J", "chi_K", "xi", "phase"}
     for r in rows:
         chi = float(r["sigma_w"]) ** 2 / 2                       # ReLU, PJ eq. 99
         assert float(r["chi_J"]) == pytest.approx(chi, rel=1e-12)
         assert r["phase"] == ("ordered" if chi < 1 else "chaotic")
+    # the columns are the data load reads back: an edited cell is what the loaded result holds
+    lines[2] = lines[2].replace(rows[0]["chi_J"], "0.123", 1)
+    (tmp_path / "edited.csv").write_text("\n".join(lines) + "\n")
+    assert mf.PhaseDiagram.load(tmp_path / "edited.csv").chi_J[0, 0] == 0.123
 
 
 # ---------------------------------------------------------------------------

@@ -27,6 +27,21 @@ def test_unknown_activation_lists_the_known_ones():
         mf.recursion(activation="nope")
 
 
+def test_activation_text_is_an_expression_in_x_parsed_without_running_code(tmp_path, monkeypatch):
+    import sympy as sp
+
+    x = mf.symbols.x
+    assert mf.activation("x*erf(x) + x/2").expr == x * sp.erf(x) + x / 2
+    assert mf.activation("max(x, 0)").name == "relu"            # recognised as the built-in
+    assert mf.activation("2^(1/2)*x").expr == sp.sqrt(2) * x     # ^ is a power, 1/2 exact
+    monkeypatch.chdir(tmp_path)
+    for text in ("__import__('os').system('touch PWNED')", "open('PWNED', 'w')", "x.__class__", "lambda: 1",
+                 "y + x", "getattr(x, 'n')", "x; 1"):
+        with pytest.raises(ValueError, match=r"activation=.* is not known: "):
+            mf.activation(text)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_activation_names_are_case_and_space_insensitive():
     assert mf.activation(" ReLU ") == mf.activation("relu")
 

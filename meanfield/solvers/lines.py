@@ -911,7 +911,7 @@ class PhaseDiagram(Result):
 
     def _table(self):
         SW, SB = np.meshgrid(self.sigma_w, self.sigma_b, indexing="ij")
-        return {"sigma_w": SW.ravel(), "sigma_b": SB.ravel(), "K_star": self.K.ravel(),
+        return {"sigma_w": SW.ravel(), "sigma_b": SB.ravel(), "K": self.K.ravel(),
                 "chi_J": self.chi_J.ravel(), "chi_K": self.chi_K.ravel(), "xi": self.xi.ravel(),
                 "phase": self.phase_names().ravel()}
 

@@ -49,7 +49,7 @@ def run(args, prog: str = "python -m meanfield.verification") -> int:
 
                 client = stack.enter_context(connect(args.scheduler))
             out = run_suite(args.cases, args.out, args.device, quick=quick, resume=not args.no_resume,
-                            only=args.only, plots=not args.no_plots, progress=not args.json,
+                            only=args.only, plots=not args.no_plots, progress=not args.json and sys.stderr.isatty(),
                             dtype=torch.float32 if args.float32 else torch.float64, client=client)
         except (ValueError, FileNotFoundError) as err:
             print(f"{prog}: error: {err}", file=sys.stderr)
