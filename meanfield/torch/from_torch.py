@@ -114,7 +114,9 @@ class _Reader:
         self.consts = {}
         self.shapes = set()      # fx nodes holding shape numbers (x.size(0), x.shape, len(x), ...)
         self.matmul_ends = set()  # fx nodes of x @ W: a Dense whose bias may follow as '+ b'
-        self.custom_weights = []  # parameter names of linear layers that are not nn.Linear
+        self.params = {}  # get_attr node (or its transpose) -> (parameter name, transposed)
+        self.custom_weights = []  # (parameter name, fan-in axis or None) of linear layers that are not nn.Linear
+        self.custom_biases = []   # parameter names of their biases
 
     # -- helpers -------------------------------------------------------------
     def val(self, a, node, pos) -> _Val:
@@ -157,6 +159,7 @@ class _Reader:
             elif node.op == "get_attr":
                 # a parameter or buffer: read as a number only where it is used as a scale
                 self.consts[node] = (_fetch_attr(self.gm, node.target), _where(node, pos))
+                self.params[node] = (node.target, False)
             elif node.op == "call_module":
                 self.call_module(node, pos)
             elif node.op in ("call_function", "call_method"):
@@ -245,9 +248,8 @@ class _Reader:
         if tgt is F.linear:
             x = self.val(args[0], node, pos)
             w = args[1] if len(args) > 1 else node.kwargs.get("weight")
-            if isinstance(w, torch.fx.Node) and w.op == "get_attr":
-                self.custom_weights.append(w.target)
             bias = args[2] if len(args) > 2 else node.kwargs.get("bias")
+            self.custom_linear(w, bias, 1)  # F.linear's weight is (fan_out, fan_in)
             self.vals[node] = self.linear(x, bias is not None, node, where)
             return
         if name in ("transpose",) or tgt is torch.transpose:
@@ -296,6 +298,9 @@ class _Reader:
                 (tgt is getattr and args[1:] == ["T"]) or name == "t"
                 or (name == "transpose" and sorted(int(d) % 2 for d in args[1:3]) == [0, 1])):
             self.consts[node] = (t.T, where)
+            if args[0] in self.params:
+                target, transposed = self.params[args[0]]
+                self.params[node] = (target, not transposed)
             return True
         return False
 
@@ -314,8 +319,24 @@ class _Reader:
             raise ValueError(f"{where}: a matrix product is read only as x @ W with a 2-d parameter W "
                              "(a custom linear layer)")
         self.matmul_ends.add(node)
-        self.custom_weights.append(b.target if b.op == "get_attr" else b.name)
+        self.custom_linear(b, None, 0)  # x @ W: W is (fan_in, fan_out)
         return self.linear(self.vals[a], False, node, where)
+
+    def custom_linear(self, w, b, fan_in_axis):
+        """Note the parameters of a linear layer that is not an nn.Linear, for drawing them.
+
+        ``fan_in_axis``: the fan-in axis of ``w`` as the layer uses it; a
+        parameter used transposed (``W.T``) has it on the other axis. A weight
+        that is not a parameter is noted with axis None (it cannot be drawn).
+        """
+        if isinstance(w, torch.fx.Node):
+            if w in self.params:
+                target, transposed = self.params[w]
+                self.custom_weights.append((target, 1 - fan_in_axis if transposed else fan_in_axis))
+            else:
+                self.custom_weights.append((w.name, None))
+        if isinstance(b, torch.fx.Node):
+            self.custom_biases.append(self.params[b][0] if b in self.params else b.name)
 
     def matmul_bias(self, a, b):
         """``(x @ W) + b`` with a parameter vector b: that Dense gets its bias; else None."""
@@ -324,6 +345,7 @@ class _Reader:
                 v = self.vals[x_]
                 if v.ends and v.ends[-1] in self.matmul_ends and self.consts[c_][0].ndim == 1:
                     d = v.layers[-1]
+                    self.custom_linear(None, c_, None)
                     return _Val(v.root, v.layers[:-1] + [C.dense(axis=d.axis)], v.gaussian, v.transposed, v.ends)
         return None
 
@@ -479,7 +501,8 @@ class _Reading:
     gm: torch.fx.GraphModule
     input_node: object  # fx node whose output is h^1 (None: no input layer read)
     block_ends: tuple   # fx nodes whose outputs are h^2, h^3, ...
-    custom_weights: tuple = ()  # weights of linear layers that are not nn.Linear (initialise_ skips them)
+    custom_weights: tuple = ()  # (name, fan-in axis) of linear layers' weights that are not nn.Linear
+    custom_biases: tuple = ()   # and of their biases
 
 
 def _read(module, example_input):
@@ -531,7 +554,7 @@ def _read(module, example_input):
         pass
     block_ends = tuple(body_ends[(i + 1) * p - 1] for i in range(n))
     del mus
-    return _Reading(net, gm, in_node, block_ends, tuple(r.custom_weights))
+    return _Reading(net, gm, in_node, block_ends, tuple(r.custom_weights), tuple(r.custom_biases))
 
 
 def from_torch(module, example_input=None):
@@ -564,12 +587,16 @@ def from_torch(module, example_input=None):
     return _read(module, example_input).network
 
 
-def initialise_(module, sigma_w=1.0, sigma_b=0.0, generator=None):
+def initialise_(module, sigma_w=1.0, sigma_b=0.0, generator=None, example_input=None):
     """Draw ``module``'s weights in place: W ~ N(0, sigma_w^2/fan_in), b ~ N(0, sigma_b^2).
 
     Every ``nn.Linear`` is drawn (the input layer and a read-out too);
     LayerNorm / RMSNorm / BatchNorm affine parameters are set to (1, 0).
-    Other parameters (LayerScale) are left as they are. Returns ``module``.
+    With ``example_input`` (one input batch) the module is also read as by
+    :func:`from_torch`, and its custom linear layers (``F.linear(x, W, b)``,
+    ``x @ W + b``, ``x @ W.T + b`` on its own parameters) are drawn too, the
+    fan-in read from how each weight is used. Other parameters (LayerScale)
+    are left as they are. Returns ``module``.
     """
     from .._validate import check_real
 
@@ -589,6 +616,16 @@ def initialise_(module, sigma_w=1.0, sigma_b=0.0, generator=None):
                     m.weight.fill_(1.0)
                 if getattr(m, "bias", None) is not None:
                     m.bias.zero_()
+        if example_input is not None:
+            reading = _read(module, example_input)
+            for name, axis in reading.custom_weights:
+                if axis is None:
+                    raise ValueError(f"the weight {name!r} of a linear layer is not a parameter of "
+                                     f"{type(module).__name__}; initialise_ cannot draw it")
+                w = module.get_parameter(name)
+                w.normal_(0.0, float(sigma_w) / math.sqrt(w.shape[axis]), generator=generator)
+            for name in reading.custom_biases:
+                module.get_parameter(name).normal_(0.0, float(sigma_b), generator=generator)
     return module
 
 
@@ -633,15 +670,11 @@ def monte_carlo_module(module, x, sigma_w, sigma_b, n_init=16, seed=0, n_probes=
     sigma_w, sigma_b, depth + 1, K0=sigma_w^2 |x|^2/N0 + sigma_b^2)``.
     """
     reading = _read(module, x)
-    if reading.custom_weights:
-        raise ValueError(f"module {type(module).__name__} has linear layers that are not nn.Linear "
-                         f"({', '.join(reading.custom_weights[:4])}); initialise_ draws nn.Linear weights only, "
-                         "so Monte Carlo on this module would use its own initialisation")
     watch = (reading.input_node,) + reading.block_ends
     gen = torch.Generator().manual_seed(int(seed))
     Ks, Js = [], []
     for i in range(int(n_init)):
-        initialise_(module, sigma_w, sigma_b, generator=gen)
+        initialise_(module, sigma_w, sigma_b, generator=gen, example_input=x)
         gm = _trace(module)
         nodes = {n.name: n for n in gm.graph.nodes}
         w = tuple(nodes[n.name] for n in watch)
