@@ -205,7 +205,7 @@ class MuResNet(nn.Module):
 
 
 class SelfWeightsMLP(nn.Module):
-    """Weights kept directly on the network as a ParameterList, F.linear with them, F.elu."""
+    """Weights kept directly on the network as a ParameterList, F.linear with them, F.hardtanh."""
 
     def __init__(self, d_in=12, width=16, depth=3):
         super().__init__()
@@ -218,7 +218,7 @@ class SelfWeightsMLP(nn.Module):
         x = x.flatten(1)
         for k, (w, b) in enumerate(zip(self.weights, self.biases)):
             if k > 0:
-                x = F.elu(x)
+                x = F.hardtanh(x)
             x = F.linear(x, w, b)
         return x
 
@@ -285,7 +285,7 @@ USER_MODELS = {
                        _spec(mf.act("gelu"), mf.dense(), mu=1, depth=3)),
     "mu-residual": (lambda: MuResNet(mu=0.7), (5, 3, 4),
                     _spec(mf.act("silu"), mf.dense(), mu=0.7, depth=3)),
-    "parameterlist": (lambda: SelfWeightsMLP(), (5, 3, 4), _spec(mf.act("elu"), mf.dense(), depth=3)),
+    "parameterlist": (lambda: SelfWeightsMLP(), (5, 3, 4), _spec(mf.act("hardtanh"), mf.dense(), depth=3)),
     "fc-readout": (lambda: Fc12Readout(), (5, 12), _spec(mf.act("relu"), mf.dense(), depth=2)),
     "relu-residual-no-bias": (lambda: ReluResidualNoBias(mu=0.6), (5, 12),
                               _spec(mf.act("relu"), mf.dense(sigma_b=0), mu=0.6, depth=2)),
