@@ -557,16 +557,36 @@ def _num(v) -> str:
     return f"{float(v):g}" if not v.free_symbols else str(v)
 
 
-def _short(p) -> str:
-    """A node as the composition call that builds it (for error messages and names)."""
+def _num_exact(v) -> str:
+    """A node parameter as Python source: integers as ints, other numbers as repr(float)
+    (17 significant digits at most, the float's exact round trip), symbols by name."""
+    v = sp.sympify(v)
+    if v.free_symbols:
+        return str(v)
+    return str(int(v)) if v.is_Integer else repr(float(v))
+
+
+def _short(p, num=_num) -> str:
+    """A node as the composition call that builds it: ``residual(rms_norm(), act('selu'), dense(), scale(0.5))``.
+
+    ``num`` formats the numbers: :func:`_num` (%g, for messages and names) or
+    :func:`_num_exact` (for ``repr``: with the composition functions in
+    scope, ``eval`` of that text rebuilds the node, activations given by an
+    expression excepted).
+    """
     if p is None:
         return "nothing"
     if isinstance(p, Dense):
-        args = [] if (p.sigma_w, p.sigma_b) == (S.sigma_w, S.sigma_b) else [_num(p.sigma_w), _num(p.sigma_b)]
+        args = [f"{k}={num(v)}" for k, v, default in (("sigma_w", p.sigma_w, S.sigma_w),
+                                                      ("sigma_b", p.sigma_b, S.sigma_b)) if v != default]
         args += [] if p.axis == "features" else [f"axis={p.axis!r}"]
         return f"dense({', '.join(args)})"
     if isinstance(p, ActivationLayer):
-        return f"act({p.phi.name!r})"
+        spec = _activation_json(p.phi)
+        if "expr" in spec:
+            return f"act({p.phi!r})"
+        params = [f"{k}={num(v)}" for k, v in spec.items() if k != "name"]
+        return f"act({', '.join([repr(spec['name'])] + params)})"
     if isinstance(p, (LayerNormPre, LayerNormPost, LayerNorm)):
         where = {LayerNormPre: ", position='pre'", LayerNormPost: ", position='post'"}.get(type(p), "")
         axis = "" if p.axis == "features" else f", axis={p.axis!r}"
@@ -576,15 +596,19 @@ def _short(p) -> str:
     if isinstance(p, BatchNorm):
         return "batch_norm()"
     if isinstance(p, Scale):
-        return "scale()" if p.eps == S.eps else f"scale({_num(p.eps)})"
+        return "scale()" if p.eps == S.eps else f"scale({num(p.eps)})"
     if isinstance(p, Residual):
-        mu = "" if p.mu == S.mu else f", mu={_num(p.mu)}"
-        return "residual(" + ", ".join(_short(q) for q in p.branch.layers) + mu + ")"
+        mu = "" if p.mu == S.mu else f", mu={num(p.mu)}"
+        return "residual(" + ", ".join(_short(q, num) for q in p.branch.layers) + mu + ")"
     if isinstance(p, Chain):
         if len(p.layers) == 1:
-            return _short(p.layers[0])
-        return "serial(" + ", ".join(_short(q) for q in p.layers) + ")"
+            return _short(p.layers[0], num)
+        return "serial(" + ", ".join(_short(q, num) for q in p.layers) + ")"
     return type(p).__name__
+
+
+def _primitive_repr(self) -> str:
+    return _short(self, _num_exact)
 
 
 def _require_gaussian(prim, s: Signal):
@@ -1135,6 +1159,14 @@ class Network(TreeSpec):
     def to_dict(self) -> dict:
         return {"description": str(self), **self.to_json()}
 
+    def __repr__(self):
+        """``Network(residual(act('relu'), dense(), mu=0.9), depth=8)``: with the composition functions
+        in scope (``from meanfield import *``) a Python expression that rebuilds the network."""
+        args = [_short(self.block, _num_exact)]
+        args += [f"{k}={_num_exact(getattr(self, k))}" for k in ("mu", "eps") if getattr(self, k) is not None]
+        args += [f"{k}={getattr(self, k)!r}" for k in ("depth", "name") if getattr(self, k) is not None]
+        return f"Network({', '.join(args)})"
+
     def __str__(self):
         text = self.name or _short(self.block)
         vals = [f"{k}={getattr(self, k):g}" for k in ("mu", "eps") if getattr(self, k) is not None]
@@ -1454,3 +1486,11 @@ def as_architecture(arch=None, **kwargs) -> TreeSpec:
         return Architecture(activation=arch, activation_params=tuple(sorted(act_params.items())), **kwargs)
     raise ValueError(f"arch must be an Architecture, a Network, a primitive tree, an activation name or None, "
                      f"got {arch!r}")
+
+
+# The primitives the composition functions build print as the call that builds them
+# (the dataclass repr nests whole activation objects and 30-digit sympy Floats).
+for _cls in (Dense, ActivationLayer, LayerNormPre, LayerNorm, LayerNormPost, RMSNorm, BatchNorm, Scale, Chain,
+             Residual):
+    _cls.__repr__ = _primitive_repr
+del _cls

@@ -497,8 +497,8 @@ class CriticalPoints(Result):
     def _repr_extra(self):
         if not self.points:
             return {}
-        return {"at": ", ".join(f"(sigma_w={p.sigma_w:.6g}, sigma_b={p.sigma_b:.6g}, K*={p.K_star:.6g})"
-                                for p in self.points)}
+        return {"at": ", ".join(f"(sigma_w={p.sigma_w:.6g}, sigma_b={p.sigma_b:.6g}, K*={p.K_star:.6g}, "
+                                f"{p.stability})" for p in self.points)}
 
     def __getitem__(self, i):
         return self.points[i]

@@ -9,6 +9,11 @@ torch                                       primitive
 ==========================================  =======================================
 ``nn.Linear`` / ``F.linear``                ``dense()`` (``dense(sigma_b=0)`` without bias);
                                             between two ``transpose(-1, -2)``: ``dense(axis='tokens')``
+``x @ W``, ``x @ W.T`` (+ ``b``) for        ``dense()`` (``dense(sigma_b=0)`` without ``+ b``): custom
+parameters ``W``, ``b``                     linear modules, any parameter names
+``x.size()``, ``x.shape``, ``len(x)``       nothing (numbers for the shapes of views)
+``view``/``reshape``/``flatten`` of the     nothing (only before the input layer)
+input, ``nn.Flatten``
 activation modules and functional forms     ``act(...)`` (the table of :mod:`.torch_activations`)
 ``nn.LayerNorm``                            ``layer_norm`` (pre or post by position)
 ``nn.RMSNorm``                              ``rms_norm()``
@@ -107,6 +112,11 @@ class _Reader:
         self.gm = gm
         self.vals = {}
         self.consts = {}
+        self.shapes = set()      # fx nodes holding shape numbers (x.size(0), x.shape, len(x), ...)
+        self.matmul_ends = set()  # fx nodes of x @ W: a Dense whose bias may follow as '+ b'
+        self.params = {}  # get_attr node (or its transpose) -> (parameter name, transposed)
+        self.custom_weights = []  # (parameter name, fan-in axis or None) of linear layers that are not nn.Linear
+        self.custom_biases = []   # parameter names of their biases
 
     # -- helpers -------------------------------------------------------------
     def val(self, a, node, pos) -> _Val:
@@ -149,6 +159,7 @@ class _Reader:
             elif node.op == "get_attr":
                 # a parameter or buffer: read as a number only where it is used as a scale
                 self.consts[node] = (_fetch_attr(self.gm, node.target), _where(node, pos))
+                self.params[node] = (node.target, False)
             elif node.op == "call_module":
                 self.call_module(node, pos)
             elif node.op in ("call_function", "call_method"):
@@ -166,6 +177,9 @@ class _Reader:
         m = self.gm.get_submodule(node.target)
         where = _where(node, pos) + f" [{type(m).__name__}]"
         x = self.val(node.args[0], node, pos) if node.args else None
+        if isinstance(m, nn.Flatten):
+            self.vals[node] = self.flatten_input(x, where)
+            return
         if isinstance(m, (nn.Identity,)) or (isinstance(m, nn.Dropout) and (m.p == 0 or not m.training)):
             self.vals[node] = x
             return
@@ -214,6 +228,17 @@ class _Reader:
         where = _where(node, pos)
         args = list(node.args)
         name = tgt if isinstance(tgt, str) else getattr(tgt, "__name__", "")
+        if self.shape_query(node, tgt, name, args):
+            self.shapes.add(node)
+            return
+        if self.const_view(node, tgt, name, args, pos):
+            return
+        if tgt in _FLATTENS or name in ("view", "reshape", "flatten"):
+            self.vals[node] = self.flatten_input(self.val(args[0], node, pos), where)
+            return
+        if tgt in (torch.matmul, _op("matmul")) or name == "matmul":
+            self.vals[node] = self.matmul(node, pos, where)
+            return
         # element-wise activations (functional, torch.* or tensor methods)
         if args and isinstance(args[0], torch.fx.Node) and args[0] in self.vals:
             phi = read_function(tgt, _bind(tgt, args, node.kwargs) if callable(tgt) else dict(node.kwargs))
@@ -222,7 +247,9 @@ class _Reader:
                 return
         if tgt is F.linear:
             x = self.val(args[0], node, pos)
+            w = args[1] if len(args) > 1 else node.kwargs.get("weight")
             bias = args[2] if len(args) > 2 else node.kwargs.get("bias")
+            self.custom_linear(w, bias, 1)  # F.linear's weight is (fan_out, fan_in)
             self.vals[node] = self.linear(x, bias is not None, node, where)
             return
         if name in ("transpose",) or tgt is torch.transpose:
@@ -251,10 +278,84 @@ class _Reader:
         raise ValueError(f"{where}: unsupported operation {name or tgt!r}; from_torch reads nn.Linear/F.linear, "
                          "activations, LayerNorm, RMSNorm, BatchNorm1d, x + f(x), mu * x + f(x) and scales")
 
+    # -- what research code writes around its layers ----------------------------
+    def shape_query(self, node, tgt, name, args) -> bool:
+        """x.size(...), x.shape, x.dim(), len(x), and indexing/arithmetic on them: numbers, not layers."""
+        if not args or not isinstance(args[0], torch.fx.Node):
+            return False
+        if args[0] in self.vals:
+            return (name in ("size", "dim") or tgt is len
+                    or (tgt is getattr and len(args) > 1 and args[1] in ("shape", "ndim")))
+        return any(isinstance(a, torch.fx.Node) and a in self.shapes for a in args) and not any(
+            isinstance(a, torch.fx.Node) and a in self.vals for a in args)
+
+    def const_view(self, node, tgt, name, args, pos) -> bool:
+        """W.T, W.t(), W.transpose(0, 1) of a parameter: the transposed parameter (x @ W.T)."""
+        if not (args and isinstance(args[0], torch.fx.Node) and args[0] in self.consts):
+            return False
+        t, where = self.consts[args[0]]
+        if isinstance(t, torch.Tensor) and t.ndim == 2 and (
+                (tgt is getattr and args[1:] == ["T"]) or name == "t"
+                or (name == "transpose" and sorted(int(d) % 2 for d in args[1:3]) == [0, 1])):
+            self.consts[node] = (t.T, where)
+            if args[0] in self.params:
+                target, transposed = self.params[args[0]]
+                self.params[node] = (target, not transposed)
+            return True
+        return False
+
+    def flatten_input(self, x, where):
+        """view/reshape/flatten of the raw input to (batch, features): the identity for the theory."""
+        if x.layers:
+            raise ValueError(f"{where}: a view/reshape/flatten after the input layer is not read (only a flatten "
+                             "of the input, before the first Linear)")
+        return x
+
+    def matmul(self, node, pos, where):
+        """x @ W for a parameter W of shape (fan_in, fan_out) (x @ W.T for a (fan_out, fan_in) W): a Dense."""
+        a, b = node.args[0], node.args[1]
+        w = self.consts.get(b)
+        if a not in self.vals or w is None or not isinstance(w[0], torch.Tensor) or w[0].ndim != 2:
+            raise ValueError(f"{where}: a matrix product is read only as x @ W with a 2-d parameter W "
+                             "(a custom linear layer)")
+        self.matmul_ends.add(node)
+        self.custom_linear(b, None, 0)  # x @ W: W is (fan_in, fan_out)
+        return self.linear(self.vals[a], False, node, where)
+
+    def custom_linear(self, w, b, fan_in_axis):
+        """Note the parameters of a linear layer that is not an nn.Linear, for drawing them.
+
+        ``fan_in_axis``: the fan-in axis of ``w`` as the layer uses it; a
+        parameter used transposed (``W.T``) has it on the other axis. A weight
+        that is not a parameter is noted with axis None (it cannot be drawn).
+        """
+        if isinstance(w, torch.fx.Node):
+            if w in self.params:
+                target, transposed = self.params[w]
+                self.custom_weights.append((target, 1 - fan_in_axis if transposed else fan_in_axis))
+            else:
+                self.custom_weights.append((w.name, None))
+        if isinstance(b, torch.fx.Node):
+            self.custom_biases.append(self.params[b][0] if b in self.params else b.name)
+
+    def matmul_bias(self, a, b):
+        """``(x @ W) + b`` with a parameter vector b: that Dense gets its bias; else None."""
+        for x_, c_ in ((a, b), (b, a)):
+            if x_ in self.vals and c_ in self.consts and isinstance(self.consts[c_][0], torch.Tensor):
+                v = self.vals[x_]
+                if v.ends and v.ends[-1] in self.matmul_ends and self.consts[c_][0].ndim == 1:
+                    d = v.layers[-1]
+                    self.custom_linear(None, c_, None)
+                    return _Val(v.root, v.layers[:-1] + [C.dense(axis=d.axis)], v.gaussian, v.transposed, v.ends)
+        return None
+
     def add(self, node, pos, where):
         a, b = node.args[0], node.args[1]
         if node.kwargs.get("alpha", 1) != 1:
             raise ValueError(f"{where}: add with alpha is not read")
+        with_bias = self.matmul_bias(a, b)
+        if with_bias is not None:
+            return with_bias
         for x_, c_ in ((a, b), (b, a)):  # x + c with a constant c: a shift, read only when it is 0
             shift = self.number(c_, node, pos)
             if shift is not None and x_ in self.vals:
@@ -335,6 +436,35 @@ def _finalise(p):
     return p
 
 
+_FLATTENS = (torch.flatten, torch.reshape)
+
+
+def _trace(module) -> torch.fx.GraphModule:
+    """``torch.fx.symbolic_trace`` with ``len(x)`` recorded as a graph node (as ``torch.fx.wrap('len')`` would).
+
+    fx refuses ``len`` of a traced tensor unless the user's own module file
+    calls ``torch.fx.wrap('len')``; research code writes ``x.reshape(len(x), -1)``,
+    so ``len`` is registered, for the duration of this trace only, in the
+    globals of every sub-module's ``forward``. The registry is fx's private
+    table; where a torch version lacks it, ``len`` stays refused by fx.
+    """
+    import torch.fx._symbolic_trace as fx_trace
+
+    table = getattr(fx_trace, "_wrapped_fns_to_patch", None)
+    added = []
+    if isinstance(table, dict):
+        for m in module.modules():
+            g = getattr(type(m).forward, "__globals__", None)
+            if isinstance(g, dict) and "len" not in g and (id(g), "len") not in table:
+                table[(id(g), "len")] = g
+                added.append((id(g), "len"))
+    try:
+        return torch.fx.symbolic_trace(module)
+    finally:
+        for key in added:
+            table.pop(key, None)
+
+
 def _op(name):
     import operator
 
@@ -371,13 +501,15 @@ class _Reading:
     gm: torch.fx.GraphModule
     input_node: object  # fx node whose output is h^1 (None: no input layer read)
     block_ends: tuple   # fx nodes whose outputs are h^2, h^3, ...
+    custom_weights: tuple = ()  # (name, fan-in axis) of linear layers' weights that are not nn.Linear
+    custom_biases: tuple = ()   # and of their biases
 
 
 def _read(module, example_input):
     if not isinstance(module, nn.Module):
         raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     try:
-        gm = torch.fx.symbolic_trace(module)
+        gm = _trace(module)
     except Exception as err:
         raise ValueError(f"torch.fx could not trace {type(module).__name__}: {err}") from None
     if example_input is not None:
@@ -422,7 +554,7 @@ def _read(module, example_input):
         pass
     block_ends = tuple(body_ends[(i + 1) * p - 1] for i in range(n))
     del mus
-    return _Reading(net, gm, in_node, block_ends)
+    return _Reading(net, gm, in_node, block_ends, tuple(r.custom_weights), tuple(r.custom_biases))
 
 
 def from_torch(module, example_input=None):
@@ -455,12 +587,16 @@ def from_torch(module, example_input=None):
     return _read(module, example_input).network
 
 
-def initialise_(module, sigma_w=1.0, sigma_b=0.0, generator=None):
+def initialise_(module, sigma_w=1.0, sigma_b=0.0, generator=None, example_input=None):
     """Draw ``module``'s weights in place: W ~ N(0, sigma_w^2/fan_in), b ~ N(0, sigma_b^2).
 
     Every ``nn.Linear`` is drawn (the input layer and a read-out too);
     LayerNorm / RMSNorm / BatchNorm affine parameters are set to (1, 0).
-    Other parameters (LayerScale) are left as they are. Returns ``module``.
+    With ``example_input`` (one input batch) the module is also read as by
+    :func:`from_torch`, and its custom linear layers (``F.linear(x, W, b)``,
+    ``x @ W + b``, ``x @ W.T + b`` on its own parameters) are drawn too, the
+    fan-in read from how each weight is used. Other parameters (LayerScale)
+    are left as they are. Returns ``module``.
     """
     from .._validate import check_real
 
@@ -480,6 +616,16 @@ def initialise_(module, sigma_w=1.0, sigma_b=0.0, generator=None):
                     m.weight.fill_(1.0)
                 if getattr(m, "bias", None) is not None:
                     m.bias.zero_()
+        if example_input is not None:
+            reading = _read(module, example_input)
+            for name, axis in reading.custom_weights:
+                if axis is None:
+                    raise ValueError(f"the weight {name!r} of a linear layer is not a parameter of "
+                                     f"{type(module).__name__}; initialise_ cannot draw it")
+                w = module.get_parameter(name)
+                w.normal_(0.0, float(sigma_w) / math.sqrt(w.shape[axis]), generator=generator)
+            for name in reading.custom_biases:
+                module.get_parameter(name).normal_(0.0, float(sigma_b), generator=generator)
     return module
 
 
@@ -528,8 +674,8 @@ def monte_carlo_module(module, x, sigma_w, sigma_b, n_init=16, seed=0, n_probes=
     gen = torch.Generator().manual_seed(int(seed))
     Ks, Js = [], []
     for i in range(int(n_init)):
-        initialise_(module, sigma_w, sigma_b, generator=gen)
-        gm = torch.fx.symbolic_trace(module)
+        initialise_(module, sigma_w, sigma_b, generator=gen, example_input=x)
+        gm = _trace(module)
         nodes = {n.name: n for n in gm.graph.nodes}
         w = tuple(nodes[n.name] for n in watch)
         with torch.no_grad():
