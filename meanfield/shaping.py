@@ -924,52 +924,86 @@ def _resolve_network(depth, network):
     return net
 
 
-def _sign_changes(fn, lo=-6.0, hi=6.0, n=1201):
-    """Roots of fn on [lo, hi] (sign changes on a grid, polished by brentq)."""
+# The DKS/TAT searches are nested one-dimensional *bracketed* root finds on fixed grids, so
+# that whether a solution is found does not hinge on the last bits of the moments (an earlier
+# hybr continuation with finite-difference Jacobians succeeded or failed by machine).
+_BETA_GRID = np.linspace(-6.0, 6.0, 49)   # outer scan of the input shift beta, step 1/4
+_ALPHA_START, _ALPHA_MIN, _ALPHA_MAX = 2.0 ** -6, 2.0 ** -30, 2.0 ** 7   # inner doubling scan
+
+
+def _first_crossing(fn, target):
+    """Smallest alpha found where fn(alpha) rises through ``target``, or None.
+
+    fn(alpha) - target must be < 0 as alpha -> 0 (C'(1) -> 1 and alpha^2 E[phi''^2]/E[phi'^2]
+    -> 0 do). The bracket comes from a doubling scan: down from 2^-6 (to 2^-30) while the
+    value is not yet below target, then up (to 2^7) to the first grid point above it;
+    brentq polishes inside that bracket to relative 1e-15. Non-finite values end the scan.
+    """
     from scipy.optimize import brentq
 
-    grid = np.linspace(lo, hi, n)
+    def v(a):
+        out = fn(a) - target
+        if not math.isfinite(out):
+            raise FloatingPointError("non-finite moment")
+        return out
+
+    try:
+        lo = _ALPHA_START
+        f_lo = v(lo)
+        while f_lo >= 0.0:
+            lo /= 2.0
+            if lo < _ALPHA_MIN:
+                return None
+            f_lo = v(lo)
+        hi = lo
+        while True:
+            hi *= 2.0
+            if hi > _ALPHA_MAX:
+                return None
+            f_hi = v(hi)
+            if f_hi > 0.0:
+                break
+            lo = hi
+        return brentq(v, lo, hi, xtol=1e-300, rtol=1e-15, maxiter=200)
+    except (FloatingPointError, ZeroDivisionError, OverflowError, ValueError):
+        return None
+
+
+def _bracketed_roots(g, grid=_BETA_GRID):
+    """Roots of g(beta): sign changes between finite values on ``grid``, polished by brentq.
+
+    g returns NaN where its inner problem has no solution; a bracket whose polish meets one
+    is dropped. Every root is returned (the caller verifies and chooses).
+    """
+    from scipy.optimize import brentq
+
+    def strict(b):
+        out = g(b)
+        if not math.isfinite(out):
+            raise FloatingPointError("inner search failed inside a bracket")
+        return out
+
     with np.errstate(all="ignore"):
-        vals = np.array([fn(b) for b in grid])
+        vals = [g(float(b)) for b in grid]
     roots = []
-    for a, b, fa, fb in zip(grid[:-1], grid[1:], vals[:-1], vals[1:]):
-        if np.isfinite(fa) and np.isfinite(fb) and fa * fb < 0:
-            roots.append(brentq(fn, a, b, xtol=1e-14))
+    for b0, b1, v0, v1 in zip(grid[:-1], grid[1:], vals[:-1], vals[1:]):
+        if not (math.isfinite(v0) and math.isfinite(v1)):
+            continue
+        if v0 == 0.0:
+            roots.append(float(b0))
+        elif v0 * v1 < 0.0:
+            try:
+                with np.errstate(all="ignore"):
+                    roots.append(float(brentq(strict, b0, b1, xtol=1e-14, rtol=4 * np.finfo(float).eps)))
+            except (FloatingPointError, ZeroDivisionError, OverflowError, ValueError):
+                continue
     return roots
 
 
-def _continuation(residual, p0, target, start, steps=12, ok=1e-9):
-    """Solve residual(p, s) = 0 at s = target by continuation from s = start (geometric steps).
-
-    A step counts as solved when max |residual| < ``ok`` (the residuals are
-    scaled to O(1) sensitivity); a failed step is retried once in two halves.
-    """
-    from scipy.optimize import root
-
-    def solve(p, s):
-        sol = root(lambda v: residual(v, s), p, method="hybr", options={"xtol": 1e-13})
-        good = np.all(np.isfinite(sol.x)) and np.all(np.isfinite(sol.fun)) and np.max(np.abs(sol.fun)) < ok
-        return sol.x if good else None
-
-    p = np.asarray(p0, dtype=np.float64)
-    path = np.geomspace(start, target, steps) if start != target else [target]
-    s_prev = None
-    for s in path:
-        nxt = solve(p, s)
-        if nxt is None and s_prev is not None:
-            mid = solve(p, math.sqrt(s_prev * s))
-            nxt = None if mid is None else solve(mid, s)
-        if nxt is None:
-            return None
-        p, s_prev = nxt, s
-    return p
-
-
-def _polish(residual, p, s):
-    from scipy.optimize import least_squares
-
-    sol = least_squares(lambda v: residual(v, s), p, xtol=1e-15, ftol=1e-15, gtol=1e-15, method="lm")
-    return sol.x
+def _centred(f, alpha, beta):
+    """Moments at delta = -phi(beta) with Var phi(y) = m2 - m1^2 (no cancellation: m1 = O(alpha^2))."""
+    m = f.moments(alpha, beta, -f.at(0, beta))
+    return m, m["m2"] - m["m1"] ** 2
 
 
 def _finish(act, alpha, beta, delta, method, targets, tol):
@@ -986,22 +1020,28 @@ def _finish(act, alpha, beta, delta, method, targets, tol):
 def tat_transform(activation, tau=0.3, depth=None, network=None, tol=1e-10) -> TransformedActivation:
     """TAT for a smooth activation: Q(1) = 1, Q'(1) = 1, C'(1) = 1, C''(1) = kappa (TAT eq. 14, Alg. 2).
 
-    kappa is the local curvature that makes the maximal curvature function
-    mu_f^2(kappa) equal ``tau`` (appendix B; kappa = tau / L for an L-layer
-    vanilla network). Writing y = alpha z + beta and m2 = E[(phi(y) + delta)^2],
+    phi_hat(x) = gamma (phi(alpha x + beta) + delta) (Zhang et al. 2022, TAT). kappa is the
+    local curvature that makes the maximal curvature function mu_f^2(kappa) equal ``tau``
+    (appendix B; kappa = tau / L for an L-layer vanilla network). Writing y = alpha z + beta,
+    z ~ N(0, 1), and m2 = E[(phi(y) + delta)^2],
 
         C'(1)  = alpha^2 E[phi'(y)^2] / m2                    = 1
         Q'(1)  = alpha^2 (E[phi'(y)^2] + E[(phi + delta) phi''(y)]) / m2 = 1
         C''(1) = alpha^4 E[phi''(y)^2] / m2                   = kappa
 
-    and gamma = m2^{-1/2} gives Q(1) = 1 (eq. 15). Initial guesses come from
-    the small-kappa expansion (phi_hat nearly linear): alpha ~ sqrt(kappa)
-    |phi'(beta)/phi''(beta)|, phi(beta) + delta = O(alpha^2), and beta a root
-    of phi' phi''' = +-phi''^2 / sqrt(2); each is followed by continuation in
-    kappa to the target, a least-squares polish, and a check of all four
-    conditions (to ``tol``). Among several solutions the one with the
-    smallest |beta| is returned (the input distribution closest to the
-    activation's centre, not in an asymptotic tail).
+    and gamma = m2^{-1/2} gives Q(1) = 1 (eq. 15). Given C'(1) = 1 the other two reduce to
+
+        alpha^2 E[phi''^2] / E[phi'^2] = kappa                (free of delta)
+        E[(phi + delta) phi''] = 0                             (Q'(1) = C'(1))
+
+    and C'(1) = 1 is quadratic in delta: delta = -E[phi] +- sqrt(alpha^2 E[phi'^2] - Var phi),
+    real by the Gaussian Poincare inequality. The search is nested and bracketed: for each
+    beta, alpha is the first root of the first line (doubling scan in alpha from 2^-6, then
+    brentq); then E[(phi + delta) phi''] as a function of beta, for each sign of the root, is
+    scanned on beta = -6, -5.75, ..., 6 and its sign changes polished by brentq. Every root is
+    checked on all four conditions (to ``tol``); among several the one with the smallest
+    |beta| is returned (the input distribution closest to the activation's centre, not in an
+    asymptotic tail).
 
     Raises
     ------
@@ -1016,42 +1056,55 @@ def tat_transform(activation, tau=0.3, depth=None, network=None, tol=1e-10) -> T
     kappa = float(tau) / float(maximal_curvature(net, 1.0))
     f = _Funcs.of(act)
 
-    def residual(v, k):
-        a, b, d = math.exp(v[0]), v[1], v[2]
-        m = f.moments(a, b, d)
-        # C'(1) - 1 and Q'(1) - 1 are O(kappa) near the nearly-linear solutions:
-        # scale them by 1/kappa so every residual has O(1) sensitivity.
-        return np.array([(a * a * m["d1"] - m["m2"]) / m["m2"] / k,
-                         a * a * m["p"] / m["m2"] / k,
-                         a ** 4 * m["d2"] / m["m2"] / k - 1.0])
+    @lru_cache(maxsize=None)
+    def alpha_of(beta):
+        def curvature(a):
+            m = f.moments(a, beta, 0.0)
+            return a * a * m["d2"] / m["d1"]
+        return _first_crossing(curvature, kappa)
 
-    start = min(kappa, 1e-3)
-    guesses = []
+    def params(beta, sign):
+        a = alpha_of(beta)
+        if a is None:
+            return None
+        m, var = _centred(f, a, beta)
+        mean = m["mean"]
+        return a, beta, -mean + sign * math.sqrt(max(a * a * m["d1"] - var, 0.0))
+
+    def q_slope_gap(beta, sign):
+        p = params(beta, sign)
+        if p is None:
+            return math.nan
+        a, b, d = p
+        m = f.moments(a, b, d)
+        # alpha^2 E[(phi + delta) phi''] / m2 = Q'(1) - C'(1), O(1)-scaled by its own m2
+        return a * a * m["p"] / m["m2"]
+
+    candidates = []
     for sign in (1.0, -1.0):
-        eq = lambda b, s=sign: f.at(1, b) * f.at(3, b) - s * f.at(2, b) ** 2 / math.sqrt(2)  # noqa: E731
-        for b in _sign_changes(eq):
-            d1, d2, d3 = f.at(1, b), f.at(2, b), f.at(3, b)
-            if d2 == 0 or d1 == 0:
-                continue
-            a = math.sqrt(start) * abs(d1 / d2)
-            eps = -(d1 * d3 + d2 * d2 / 2) / d2
-            guesses.append((math.log(a), b, eps * a * a - f.at(0, b)))
-    for b in (0.0, 1.0, -1.0):  # generic fall-backs
-        guesses.append((math.log(math.sqrt(start)), b, -f.at(0, b)))
+        for b in _bracketed_roots(lambda b, s=sign: q_slope_gap(b, s)):
+            candidates.append(params(b, sign))
     targets = {"Q(1)": 1.0, "Q'(1)": 1.0, "C'(1)": 1.0, "C''(1)": kappa}
-    return _best_solution(act, residual, guesses, start, kappa, targets, tol, "TAT",
-                          lambda v: (math.exp(v[0]), v[1], v[2]))
+    return _best_solution(act, candidates, targets, tol, "TAT")
 
 
 def dks_transform(activation, zeta=1.5, depth=None, network=None, tol=1e-10) -> TransformedActivation:
     """DKS: Q(1) = 1, Q'(1) = 1, C(0) = 0 and maximal slope mu_f^1(C'(1)) = zeta (Martens et al. 2021).
 
-    C(0) = 0 locally (delta = -E[phi(y)]) gives C_f(0) = 0 for every network
-    of the family; the local slope s = C'(1) solves mu_f^1(s) = zeta
-    (s = zeta^{1/L} for an L-layer vanilla network). The remaining two
-    conditions are solved for (alpha, beta) from the small-(s - 1) expansion
-    (alpha ~ sqrt(2 (s - 1)) |phi'/phi''|, beta a root of
-    phi' phi''' = -phi''^2 / 2), continuation in s and a final check.
+    phi_hat(x) = gamma (phi(alpha x + beta) + delta). C(0) = 0 locally (delta = -E[phi(y)],
+    y = alpha z + beta, z ~ N(0, 1)) gives C_f(0) = 0 for every network of the family; the
+    local slope s = C'(1) solves mu_f^1(s) = zeta (s = zeta^{1/L} for an L-layer vanilla
+    network); gamma = (Var phi(y))^{-1/2} gives Q(1) = 1. The remaining two conditions,
+
+        C'(1) = alpha^2 E[phi'(y)^2] / Var phi(y)                         = s
+        Q'(1) = alpha^2 (E[phi'^2] + E[(phi - E phi) phi'']) / Var phi(y) = 1,
+
+    are solved nested and bracketed: for fixed beta, C'(1) -> 1 as alpha -> 0 and C'(1) >= 1
+    (Gaussian Poincare inequality), so alpha(beta) is the first root of C'(1) = s on a
+    doubling scan in alpha from 2^-6, polished by brentq; then Q'(1) - 1 at alpha(beta) is
+    scanned on beta = -6, -5.75, ..., 6 and its sign changes polished by brentq. Every root is
+    checked on all four conditions (to ``tol``); among several the one with the smallest
+    |beta| is returned.
 
     Raises
     ------
@@ -1068,43 +1121,39 @@ def dks_transform(activation, zeta=1.5, depth=None, network=None, tol=1e-10) -> 
     slope = brentq(lambda s: maximal_slope(net, s) - zeta, 1.0, zeta, xtol=1e-15, rtol=1e-15)
     f = _Funcs.of(act)
 
-    def residual(v, s):
-        a, b = math.exp(v[0]), v[1]
-        m0 = f.moments(a, b)
-        m = f.moments(a, b, -m0["mean"])
-        # both residuals are O(s - 1) near the nearly-linear solutions: scale them
-        return np.array([(a * a * m["d1"] / m["m2"] - s) / (s - 1.0),
-                         (a * a * (m["d1"] + m["p"]) / m["m2"] - 1.0) / (s - 1.0)])
+    @lru_cache(maxsize=None)
+    def alpha_of(beta):
+        def c_slope(a):
+            m, var = _centred(f, a, beta)
+            return a * a * m["d1"] / var
+        return _first_crossing(c_slope, slope)
 
-    start = 1.0 + min(slope - 1.0, 1e-3)
-    guesses = []
-    eq = lambda b: f.at(1, b) * f.at(3, b) + f.at(2, b) ** 2 / 2  # noqa: E731
-    for b in _sign_changes(eq):
-        d1, d2 = f.at(1, b), f.at(2, b)
-        if d2 != 0 and d1 != 0:
-            guesses.append((math.log(math.sqrt(2 * (start - 1.0)) * abs(d1 / d2)), b))
-    for b in (0.0, 1.0, -1.0):
-        guesses.append((math.log(math.sqrt(2 * (start - 1.0))), b))
+    def params(beta):
+        a = alpha_of(beta)
+        return None if a is None else (a, beta, -f.moments(a, beta)["mean"])
 
-    def params(v):
-        a, b = math.exp(v[0]), v[1]
-        return a, b, -f.moments(a, b)["mean"]
+    def q_slope_gap(beta):
+        p = params(beta)
+        if p is None:
+            return math.nan
+        a, b, d = p
+        m = f.moments(a, b, d)
+        return a * a * (m["d1"] + m["p"]) / m["m2"] - 1.0
 
+    candidates = [params(b) for b in _bracketed_roots(q_slope_gap)]
     targets = {"Q(1)": 1.0, "Q'(1)": 1.0, "C(0)": 0.0, "C'(1)": slope}
-    return _best_solution(act, residual, guesses, start, slope, targets, tol, "DKS", params)
+    return _best_solution(act, candidates, targets, tol, "DKS")
 
 
-def _best_solution(act, residual, guesses, start, target, targets, tol, method, params):
+def _best_solution(act, candidates, targets, tol, method):
+    """Verify each candidate (alpha, beta, delta) on all conditions and pick the smallest |beta|."""
     found, failures = [], []
-    for g in guesses:
+    for c in candidates:
+        if c is None:
+            continue
         with np.errstate(all="ignore"):
             try:
-                v = _continuation(residual, g, target, start)
-                if v is None:
-                    continue
-                v = _polish(residual, v, target)
-                a, b, d = params(v)
-                t, bad = _finish(act, a, b, d, method, targets, tol)
+                t, bad = _finish(act, *c, method, targets, tol)
             except (ValueError, FloatingPointError, ZeroDivisionError, OverflowError):
                 continue
         if bad:
