@@ -1,8 +1,10 @@
 r"""Figures of the package (matplotlib, imported on first use).
 
-:func:`plot_phase_diagram` draws a :class:`~meanfield.PhaseDiagram`: log chi_J*
-on a diverging colour map centred on log chi_J* = 0 (white) with each side
-fitted to the data (its ends at the grid's extreme log chi_J*), the
+:func:`plot_phase_diagram` draws a :class:`~meanfield.PhaseDiagram`: log10 chi_J*
+on one symmetric diverging colour scale centred on chi_J* = 1 (white), its
+ends at +-max |log10 chi_J*| of the grid (or a given cap), so chi_J* = c and
+1/c get colours of the same strength; the colour bar is labelled in chi_J*
+(1, 10^+-k or c and 1/c) on both sides. On top: the
 critical line chi_J* = 1 and the critical points chi_J* = chi_K* = 1 that fall
 inside the grid, the phases named where they lie, and the points where no
 phase follows (K* diverges without a limit of chi_J^l, or the solve failed)
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["plot_phase_diagram", "architecture_latex", "colour_range", "FIGURE_FORMATS"]
+__all__ = ["plot_phase_diagram", "architecture_latex", "colour_range", "colour_ticks", "FIGURE_FORMATS",
+           "MIN_COLOUR_LIMIT"]
 
 from ._names import FIGURE_FORMATS  # noqa: E402  (the CLI checks --out without importing matplotlib)
 
@@ -69,27 +72,61 @@ def _edges(x: np.ndarray) -> np.ndarray:
     return np.concatenate([[x[0] - (mid[0] - x[0])], mid, [x[-1] + (x[-1] - mid[-1])]])
 
 
-def colour_range(chi_J, symmetric=False) -> tuple:
-    """(vmin, vmax) of log chi_J* for the colour map, centred on log chi_J* = 0.
+#: the smallest |log10 chi_J*| at the colour bar's ends: a grid within a factor 10^0.1 ~ 1.26 of
+#: critical (or critical everywhere) is drawn pale rather than rounding noise blown up to full colour
+MIN_COLOUR_LIMIT = 0.1
 
-    Each side is fitted to the data: vmin is the smallest finite log chi_J*,
-    vmax the largest, so the ordered and the chaotic side both use their full
-    colour ramp (a side the grid does not reach mirrors the other; 1 when
-    there is no finite value). ``symmetric=True``: +-max |log chi_J*|, one
-    scale for both sides (then a side that stays near 0, such as the chaotic
-    wedge of GELU + pre-LN, mu = 0.5, is nearly white).
+
+def colour_range(chi_J, limit=None) -> tuple:
+    """(vmin, vmax) = (-L, L) of log10 chi_J* for the colour map: one scale, centred on chi_J* = 1.
+
+    L = ``limit`` when given (a cap: points beyond it take the end colours),
+    otherwise max |log10 chi_J*| over the finite positive values of ``chi_J``,
+    at least :data:`MIN_COLOUR_LIMIT`. The same L on both sides means
+    chi_J* = c and 1/c are equally strong colours, whatever part of the grid
+    lies on each side.
     """
+    if limit is not None:
+        limit = float(limit)
+        if not (np.isfinite(limit) and limit > 0):
+            raise ValueError(f"limit must be a finite number > 0 (|log10 chi_J*| at the colour bar's ends), "
+                             f"got {limit!r}")
+        return -limit, limit
+    chi = np.asarray(chi_J, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.log(np.asarray(chi_J, dtype=float))
-    fin = z[np.isfinite(z)]
-    lo = float(fin.min()) if fin.size else 0.0
-    hi = float(fin.max()) if fin.size else 0.0
-    lim = max(abs(lo), abs(hi)) or 1.0
-    if symmetric:
-        return -lim, lim
-    lo = lo if lo < 0 else -lim
-    hi = hi if hi > 0 else lim
-    return lo, hi
+        z = np.log10(chi)
+    fin = np.abs(z[np.isfinite(z)])
+    lim = max(float(fin.max()) if fin.size else 0.0, MIN_COLOUR_LIMIT)
+    return -lim, lim
+
+
+_NICE_FACTORS = (1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0, 5.0)
+
+
+def colour_ticks(limit) -> tuple:
+    """Colour-bar ticks for the log10 chi_J* scale [-limit, limit]: (positions, labels as chi_J* values).
+
+    Mirror images on both sides of 1 (chi_J* = c and 1/c, or 10^k and 10^-k):
+    powers of ten (every 1, 2, 5, ... decades, at most 4 a side) when the
+    scale spans a decade or more a side, otherwise up to two factors c of
+    1.02 ... 5 a side, labelled c and 1/c to two digits.
+    """
+    if limit >= 1.0:
+        step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500) if limit // s <= 4)
+        n = int(limit // step)
+        pos = [k * step for k in range(-n, n + 1)]
+        labels = ["$1$" if k == 0 else f"$10^{{{k}}}$" for k in pos]
+        return [float(v) for v in pos], labels
+    inside = [c for c in _NICE_FACTORS if np.log10(c) <= limit * (1 + 1e-9)]
+    chosen = []
+    if inside:
+        chosen.append(inside[-1])
+        inner = [c for c in inside if np.log10(c) <= 0.5 * np.log10(inside[-1])]
+        if inner:
+            chosen.insert(0, inner[-1])
+    pos = [-np.log10(c) for c in reversed(chosen)] + [0.0] + [np.log10(c) for c in chosen]
+    labels = [f"${1 / c:.2g}$" for c in reversed(chosen)] + ["$1$"] + [f"${c:g}$" for c in chosen]
+    return [float(v) for v in pos], labels
 
 
 def _critical_line_xy(pd, n=400):
@@ -127,7 +164,7 @@ def _critical_line_xy(pd, n=400):
 
 
 def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="RdBu_r", dpi=300,
-                       title=None, figsize=(5.0, 4.0), symmetric=False):
+                       title=None, figsize=(5.0, 4.0), limit=None):
     r"""Draw a :class:`~meanfield.PhaseDiagram`; optionally save it. Returns the Axes.
 
     Parameters
@@ -146,10 +183,14 @@ def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="
         Mark the critical points chi_J* = chi_K* = 1 inside the grid
         (:func:`~meanfield.critical_point`).
     cmap : str
-        Diverging colour map; its centre (white for RdBu_r) is log chi_J* = 0,
-        and each side reaches its end at the extreme log chi_J* of the grid
-        (:func:`colour_range`); ``symmetric=True`` for one scale +-max
-        |log chi_J*| on both sides.
+        Diverging colour map of log10 chi_J* on one symmetric scale [-L, L]:
+        its centre (white for RdBu_r) is chi_J* = 1, its ends chi_J* = 10^-L
+        (ordered, blue) and 10^L (chaotic, red); the colour bar is labelled
+        in chi_J* values on both sides (:func:`colour_ticks`).
+    limit : float, optional
+        L, a cap on |log10 chi_J*| (points beyond it take the end colours and
+        the colour bar gets an arrow); default max |log10 chi_J*| of the grid,
+        at least :data:`MIN_COLOUR_LIMIT` (:func:`colour_range`).
     dpi : int
         Resolution of raster output (default 300, print quality).
     title : str, optional
@@ -159,7 +200,7 @@ def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="
     and the grey hatched kinds of point (divergent, undetermined) only when
     the grid has some. Phase names are written at the centre of their region.
     """
-    from matplotlib.colors import ListedColormap, TwoSlopeNorm
+    from matplotlib.colors import ListedColormap, Normalize
     from matplotlib.patches import Patch
 
     from .solvers.lines import PHASES
@@ -176,13 +217,21 @@ def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="
         fig = ax.figure
     sw, sb = np.asarray(pd.sigma_w, float), np.asarray(pd.sigma_b, float)
     xe, ye = _edges(sw), _edges(sb)
+    lo, hi = colour_range(pd.chi_J, limit)
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.log(np.asarray(pd.chi_J, dtype=float))
-    lo, hi = colour_range(pd.chi_J, symmetric)
-    mesh = ax.pcolormesh(xe, ye, np.ma.masked_invalid(z).T, cmap=cmap, norm=TwoSlopeNorm(0.0, lo, hi),
-                         shading="flat")
-    mesh.set_label("log chi_J")
-    cbar = fig.colorbar(mesh, ax=ax, label=r"$\log \chi_J^\star$")
+        z = np.log10(np.asarray(pd.chi_J, dtype=float))
+    below, above = bool(np.any(z < lo)), bool(np.any(z > hi))
+    # chi_J* = 0 (sigma_w = 0) is the deepest ordered colour, not a hole in the mesh that shows the
+    # white of chi_J* = 1; NaN (divergent, undetermined) stays masked and is drawn grey below
+    z = np.where(np.isinf(z), np.sign(z) * 2.0 * hi, z)
+    mesh = ax.pcolormesh(xe, ye, np.ma.masked_invalid(z).T, cmap=cmap, norm=Normalize(lo, hi), shading="flat")
+    mesh.set_label("log10 chi_J")
+    extend = {(False, False): "neither", (True, False): "min", (False, True): "max", (True, True): "both"}
+    cbar = fig.colorbar(mesh, ax=ax, extend=extend[below, above],
+                        label=r"$\chi_J^\star$ (log scale; $<1$ ordered, $>1$ chaotic)")
+    ticks, tick_labels = colour_ticks(hi)
+    cbar.set_ticks(ticks, labels=tick_labels)
+    cbar.minorticks_off()
     cbar.solids.set_rasterized(False)   # matplotlib rasterizes long colour bars; keep vector files all vector
     handles = []
     phase = np.asarray(pd.phase)
@@ -212,7 +261,7 @@ def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="
         inside = [p for p in cps if sw.min() <= p.sigma_w <= sw.max() and sb.min() <= p.sigma_b <= sb.max()]
         if inside:
             (mk,) = ax.plot([p.sigma_w for p in inside], [p.sigma_b for p in inside], ls="none", marker="*",
-                            ms=13, mfc="gold", mec="k", mew=0.8, zorder=5,
+                            ms=13, mfc="gold", mec="k", mew=0.8, zorder=5, clip_on=False,
                             label=r"critical point $\chi_J^\star = \chi_K^\star = 1$")
             mk.set_gid("critical points")
             handles.insert(1 if handles and handles[0].get_gid() == "critical line" else 0, mk)

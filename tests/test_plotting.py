@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import meanfield as mf  # noqa: E402
-from meanfield.plotting import colour_range, plot_phase_diagram  # noqa: E402
+from meanfield.plotting import MIN_COLOUR_LIMIT, colour_range, plot_phase_diagram  # noqa: E402
 
 SW = np.linspace(0.5, 2.5, 9)
 SB = np.linspace(0.0, 1.0, 5)
@@ -55,22 +55,83 @@ def test_relu_figure_draws_the_critical_line_and_point(relu):
     assert "ReLU" in ax.get_title() and ax.get_xlabel() == r"$\sigma_w$"
 
 
-def test_colour_range_is_centred_on_zero_and_fitted_to_the_data(relu):
+def test_one_symmetric_colour_scale_centred_on_critical(relu):
     ax = relu.plot()
-    norm = ax.collections[0].norm
-    # ReLU closed form: log chi_J* = log(sigma_w^2 / 2) over the grid
-    lo, hi = math.log(SW[0] ** 2 / 2), math.log(SW[-1] ** 2 / 2)
-    assert (norm.vmin, norm.vcenter, norm.vmax) == pytest.approx((lo, 0.0, hi), rel=1e-12)
-    # another grid, another range (nothing fixed at +-1)
+    mesh = ax.collections[0]
+    # ReLU closed form: chi_J* = sigma_w^2 / 2 (PJ eq. 99); the grid reaches further on the chaotic side
+    lo, hi = math.log10(SW[0] ** 2 / 2), math.log10(SW[-1] ** 2 / 2)
+    lim = max(-lo, hi)
+    assert (mesh.norm.vmin, mesh.norm.vmax) == pytest.approx((-lim, lim), rel=1e-12)
+    # chi_J* = 1 is the centre colour, c and 1/c are mirror images, whatever the grid's extent on each side
+    assert mesh.norm(0.0) == pytest.approx(0.5, abs=1e-12)
+    for c in (1.05, 1.5, 3.0):
+        assert mesh.norm(math.log10(c)) - 0.5 == pytest.approx(0.5 - mesh.norm(-math.log10(c)), abs=1e-12)
+    # each cell holds log10 chi_J* (a natural log, or another base, would not match)
+    z = np.ma.getdata(mesh.get_array()).reshape(SB.size, SW.size)
+    assert np.allclose(z, np.log10(SW ** 2 / 2)[None, :], atol=1e-12)
+    # another grid, another range; a cap is one limit on both sides, and points past it extend the bar
     narrow = mf.phase_diagram(activation="relu", sigma_w=[1.2, 1.5], sigma_b=[0.0, 0.5])
     n2 = narrow.plot().collections[0].norm
-    assert (n2.vmin, n2.vmax) == pytest.approx((math.log(1.2 ** 2 / 2), math.log(1.5 ** 2 / 2)), rel=1e-12)
-    # a grid entirely on one side mirrors it so 0 stays the centre
-    assert colour_range([0.5, 0.25]) == pytest.approx((math.log(0.25), -math.log(0.25)))
-    assert colour_range([np.nan]) == (-1.0, 1.0)
-    assert colour_range([0.5, 4.0], symmetric=True) == pytest.approx((-math.log(4.0), math.log(4.0)))
-    sym = relu.plot(symmetric=True).collections[0].norm
-    assert (sym.vmin, sym.vmax) == pytest.approx((-max(-lo, hi), max(-lo, hi)), rel=1e-12)
+    assert (n2.vmin, n2.vmax) == pytest.approx((math.log10(1.2 ** 2 / 2), -math.log10(1.2 ** 2 / 2)), rel=1e-12)
+    capped = relu.plot(limit=0.25)
+    assert (capped.collections[0].norm.vmin, capped.collections[0].norm.vmax) == (-0.25, 0.25)
+    assert capped.collections[0].colorbar.extend == "both"
+    assert relu.plot().collections[0].colorbar.extend == "neither"
+
+
+def test_colour_range_and_its_floor():
+    assert colour_range([0.5, 0.25]) == pytest.approx((math.log10(0.25), -math.log10(0.25)))
+    assert colour_range([0.5, 4.0]) == pytest.approx((-math.log10(4.0), math.log10(4.0)))
+    # chi_J* = 0 (sigma_w = 0) and NaN do not set the range; a grid at criticality gets the floor
+    assert colour_range([0.0, 0.5, np.nan]) == pytest.approx((math.log10(0.5), -math.log10(0.5)))
+    assert colour_range([np.nan]) == (-MIN_COLOUR_LIMIT, MIN_COLOUR_LIMIT)
+    assert colour_range([1.0, 1.0 + 1e-9]) == (-MIN_COLOUR_LIMIT, MIN_COLOUR_LIMIT)
+    for bad in (0.0, -1.0, np.inf, np.nan):
+        with pytest.raises(ValueError, match="limit"):
+            colour_range([0.5], limit=bad)
+
+
+def _tick_values(cbar):
+    ticks = cbar.get_ticks()
+    labels = [t.get_text() for t in cbar.ax.get_yticklabels()]
+    return ticks, labels
+
+
+def _label_value(text):
+    """The chi_J* value a tick label names: '$10^{-2}$', '$0.67$', '$1$'."""
+    body = text.strip("$")
+    if body.startswith("10^{"):
+        return 10.0 ** int(body[4:-1])
+    return float(body)
+
+
+@pytest.mark.parametrize("sigma_w, n_side", [(SW, 2), (np.linspace(0.3, 3.0, 12), 1), (np.linspace(0.05, 6.0, 12), 2)])
+def test_colour_bar_is_labelled_on_both_sides_in_chi_values(sigma_w, n_side):
+    pd = mf.phase_diagram(activation="relu", sigma_w=sigma_w, sigma_b=[0.0, 0.5])
+    ax = pd.plot()
+    cbar = ax.collections[0].colorbar
+    ticks, labels = _tick_values(cbar)
+    lim = cbar.norm.vmax
+    inside = (ticks >= -lim - 1e-12) & (ticks <= lim + 1e-12)
+    assert inside.all() and all(labels)
+    # as many labelled ticks on the chaotic side as on the ordered side, mirror images about 1
+    assert np.sum(ticks < 0) == np.sum(ticks > 0) >= n_side and 0.0 in ticks
+    assert np.allclose(np.sort(ticks), -np.sort(ticks)[::-1], atol=1e-12)
+    for t, text in zip(ticks, labels):
+        # each label is the chi_J* at its position (two significant digits for 1/c)
+        assert _label_value(text) == pytest.approx(10.0 ** t, rel=0.03)
+    assert "chi_J" in cbar.ax.get_ylabel() and "log" in cbar.ax.get_ylabel()
+
+
+def test_critical_point_on_the_grid_edge_is_not_clipped(relu, tmp_path):
+    ax = relu.plot()
+    (pts,) = _by_gid(ax, "critical points")
+    assert pts.get_clip_on() is False
+    x0, x1 = ax.get_xlim()
+    y0, y1 = ax.get_ylim()
+    px, py = pts.get_data()
+    assert x0 <= px[0] <= x1 and y0 <= py[0] <= y1
+    assert ax.get_title().startswith("Phase diagram") and ax.get_ylabel() == r"$\sigma_b$"
 
 
 def test_no_legend_entry_without_a_line():

@@ -1,5 +1,6 @@
 """The verification suite: run_suite on a tiny case subset, checkpoints, report files, CLI."""
 import json
+import math
 
 import pytest
 
@@ -78,3 +79,66 @@ def test_cli_rejects_bad_device(capsys):
 
     assert main(["--quick", "--device", "nonsense", "--only", "relu-critical"]) == 2
     assert "device" in capsys.readouterr().err
+
+
+def _text_outside_math(text):
+    """What a label shows as plain text: the parts outside $...$ (an escaped \\$ is plain)."""
+    parts = text.replace(r"\$", "").split("$")
+    return "".join(parts[::2])
+
+
+_PROFILE_RESULT = {
+    "id": "p", "title": "a $5 profile", "kind": "profile", "status": "pass",
+    "data": {"quantities": {q: {"layers": [1, 2, 3], "mc": [1.0, 1.1, 0.9], "se": [0.1, 0.1, 0.1],
+                                "theory": [1.0, 1.0, 1.0]} for q in ("K", "chi_J", "J", "K12")}},
+}
+_GRID_RESULT = {
+    "id": "g", "title": "grid", "kind": "phase_diagram", "status": "pass",
+    "data": {"sigma_w_axis": [0.5, 1.0, 2.0], "sigma_b_axis": [0.0, 0.5], "layer": 3,
+             "mc": [[0.5, 0.6], [1.0, 1.1], [4.0, 3.0]], "theory": [[0.4, 0.5], [1.0, 1.0], [2.0, 2.0]],
+             "critical_line": {"sigma_w": [1.0, 1.1], "sigma_b": [0.0, 0.5]}},
+}
+_SCAN_RESULTS = [
+    {"id": "w", "title": "widths", "kind": "width_scan", "status": "pass",
+     "data": {"rows": [{"width": 64, "mc": 1.1, "se": 0.02}, {"width": 128, "mc": 1.05, "se": 0.02}],
+              "intercept": 1.0, "slope": 6.4, "intercept_se": 0.01, "theory": 1.0}},
+    {"id": "b", "title": "batches", "kind": "bn_batch", "status": "pass",
+     "data": {"rows": [{"batch": 8, "mc": 1.6, "se": 0.05, "theory": 1.47},
+                       {"batch": 64, "mc": 1.5, "se": 0.02, "theory": 1.47}]}},
+    {"id": "n", "title": "gram", "kind": "gram", "status": "pass",
+     "data": {"quantities": {q: {"theory": [1.0, 0.5], "mc": [1.01, 0.49], "se": [0.02, 0.02]}
+                             for q in ("nngp", "ntk")}}},
+]
+
+
+@pytest.mark.parametrize("res", [_PROFILE_RESULT, _GRID_RESULT] + _SCAN_RESULTS, ids=lambda r: r["kind"])
+def test_case_plots_have_rendered_labels_and_titles(res):
+    import matplotlib.pyplot as plt
+
+    from meanfield.verification.suite import _case_figure
+
+    fig = _case_figure(res)
+    try:
+        fig.canvas.draw()                   # mathtext that does not parse raises here
+        panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+        for ax in panels:
+            assert ax.get_xlabel() and ax.get_ylabel(), (res["kind"], ax.get_title())
+            for text in (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()):
+                # symbols are typeset: no raw sigma_w, J^{...}, K^l, Theta, 'N = infinity' in plain text
+                plain = _text_outside_math(text)
+                assert not any(s in plain for s in ("_", "^", "Theta", "infinity")), text
+        if res["kind"] == "profile":
+            assert [ax.get_xlabel() for ax in panels] == ["layer $l$"] * 4
+            assert [ax.get_title() for ax in panels] == [r"$K^l$", r"$\chi_J^l = \mathcal{J}^{l,l+1}$",
+                                                         r"$\mathcal{J}^{1,l}$", r"$K^l(x, x')$"]
+            assert r"\$5" in fig._suptitle.get_text()    # a '$' in a case's title is shown, not mathtext
+        if res["kind"] == "phase_diagram":
+            mc, theory = (ax.collections[0] for ax in panels)
+            # one colour scale for both panels, symmetric about J = 1 (log10 J = 0), the largest |log10 J|
+            lim = math.log10(4.0)
+            for mesh in (mc, theory):
+                assert (mesh.norm.vmin, mesh.norm.vmax) == pytest.approx((-lim, lim), rel=1e-12)
+            assert [ax.get_xlabel() for ax in panels] == [r"$\sigma_b$"] * 2
+            assert all(r"\log_{10} \mathcal{J}^{3,4}" in ax.get_title() for ax in panels)
+    finally:
+        plt.close(fig)

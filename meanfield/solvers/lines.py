@@ -923,18 +923,18 @@ class PhaseDiagram(Result):
         return out
 
     def plot(self, ax=None, line=True, cmap="RdBu_r", *, path=None, points=True, dpi=300, title=None,
-             symmetric=False):
+             limit=None):
         """The figure of :func:`meanfield.plotting.plot_phase_diagram` (see there); returns the Axes.
 
-        log chi_J* centred on 0 with each side's colour range fitted to the
-        data, the critical line and critical points inside the grid, the phase
+        log10 chi_J* on one symmetric colour scale centred on chi_J* = 1
+        (``limit``: a cap on |log10 chi_J*|, default the grid's largest), the critical line and critical points inside the grid, the phase
         names, divergent/undetermined points hatched grey; ``path`` saves it
         (.pdf/.svg/.eps vector, .png at ``dpi``).
         """
         from ..plotting import plot_phase_diagram
 
         return plot_phase_diagram(self, ax=ax, path=path, line=line, points=points, cmap=cmap, dpi=dpi,
-                                  title=title, symmetric=symmetric)
+                                  title=title, limit=limit)
 
 
 def phase_diagram(arch=None, sigma_w=None, sigma_b=None, tol=1e-9, errors="nan", **arch_kwargs) -> PhaseDiagram:

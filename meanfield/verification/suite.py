@@ -618,21 +618,40 @@ KINDS = {
 # ---------------------------------------------------------------------------
 # Plots.
 # ---------------------------------------------------------------------------
+#: mathtext names of the per-layer quantities drawn against the layer index l (titles and y labels)
+_LAYER_QUANTITY_TEX = {"K": r"$K^l$", "chi_J": r"$\chi_J^l = \mathcal{J}^{l,l+1}$", "J": r"$\mathcal{J}^{1,l}$",
+                       "K12": r"$K^l(x, x')$"}
+_GRAM_TEX = {"nngp": r"NNGP $K(x_a, x_b)$", "ntk": r"NTK $\Theta(x_a, x_b)$"}
+
+
 def _plot_case(res: dict, path: Path, dpi: int = 80):
+    """Save one case's figure (:func:`_case_figure`) as a PNG at ``dpi``."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")     # the suite runs headless (clusters, CI)
+    import matplotlib.pyplot as plt
+
+    fig = _case_figure(res)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def _case_figure(res: dict):
+    """One case's matplotlib Figure: Monte Carlo with error bars against the theory, axes and titles
+    in mathtext (K^l, chi_J^l = J^{l,l+1}, layer l, 1/N ...), the case's id, title and status above."""
     import matplotlib.pyplot as plt
 
     kind, data = res["kind"], res["data"]
-    title = f"{res['id']}: {res['title']} [{res['status']}]"
+    # a '$' in a case's free-text title would start mathtext there
+    title = f"{res['id']}: {res['title']} [{res['status']}]".replace("$", r"\$")
     if kind == "phase_diagram":
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
         sw, sb = np.array(data["sigma_w_axis"]), np.array(data["sigma_b_axis"])
+        logs = {key: np.log10(np.clip(np.array(data[key], dtype=float), 1e-12, None)) for key in ("mc", "theory")}
+        # one colour scale for both panels, so that the same colour is the same J in each
+        lim = max(np.nanmax(np.abs(logs["mc"])), np.nanmax(np.abs(logs["theory"])), 1e-3)
         for ax, key, lab in ((axes[0], "mc", "Monte Carlo"), (axes[1], "theory", "theory (same depth)")):
-            v = np.array(data[key], dtype=float)
-            lv = np.log(np.clip(v, 1e-12, None))
-            lim = max(np.nanmax(np.abs(lv)), 1e-3)
+            lv = logs[key]
             im = ax.pcolormesh(sb, sw, lv, cmap="RdBu_r", vmin=-lim, vmax=lim, shading="nearest")
             try:
                 ax.contour(sb, sw, lv, levels=[0.0], colors="k", linestyles="--", linewidths=1)
@@ -642,12 +661,13 @@ def _plot_case(res: dict, path: Path, dpi: int = 80):
             if "sigma_b" in cl and not cl.get("everywhere_critical"):
                 ax.plot(np.array(cl["sigma_b"], dtype=float), np.array(cl["sigma_w"], dtype=float), "k-", lw=1.5,
                         label="critical line (analytic)")
-            ax.set_xlabel("sigma_b")
-            ax.set_ylabel("sigma_w")
+            ax.set_xlabel(r"$\sigma_b$")
+            ax.set_ylabel(r"$\sigma_w$")
             ax.set_xlim(sb.min(), sb.max())
             ax.set_ylim(sw.min(), sw.max())
-            ax.set_title(f"{lab}: log J^{{{data['layer']},{data['layer'] + 1}}}", fontsize=9)
-            fig.colorbar(im, ax=ax)
+            jac = rf"\mathcal{{J}}^{{{data['layer']},{data['layer'] + 1}}}"
+            ax.set_title(rf"{lab}: $\log_{{10}} {jac}$", fontsize=9)
+            fig.colorbar(im, ax=ax, label=rf"$\log_{{10}} {jac}$ (0: critical)")
         if axes[0].get_legend_handles_labels()[0]:  # no line where the grid is critical everywhere
             axes[0].legend(fontsize=7, loc="lower right")
     elif kind == "width_scan":
@@ -656,11 +676,12 @@ def _plot_case(res: dict, path: Path, dpi: int = 80):
         x = np.array([1.0 / r["width"] for r in rows])
         ax.errorbar(x, [r["mc"] for r in rows], yerr=[r["se"] for r in rows], fmt="o", label="Monte Carlo")
         xx = np.linspace(0, x.max() * 1.05, 20)
-        ax.plot(xx, data["intercept"] + data["slope"] * xx, "C0--", lw=1, label="fit a + b/N")
+        ax.plot(xx, data["intercept"] + data["slope"] * xx, "C0--", lw=1, label=r"fit $a + b/N$")
         ax.errorbar([0], [data["intercept"]], yerr=[data["intercept_se"]], fmt="s", color="C0")
-        ax.axhline(data["theory"], color="k", label="theory (N = infinity)")
-        ax.set_xlabel("1 / width")
-        ax.set_ylabel("J^{l,l+1}")
+        ax.axhline(data["theory"], color="k", label=r"theory ($N = \infty$)")
+        ax.set_xlabel(r"$1/N$ (inverse width)")
+        ax.set_ylabel(r"$\mathcal{J}^{l,l+1}$")
+        ax.set_title(r"$\mathcal{J}^{l,l+1}$ against the width $N$", fontsize=9)
         ax.legend(fontsize=8)
     elif kind == "bn_batch":
         fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -668,8 +689,9 @@ def _plot_case(res: dict, path: Path, dpi: int = 80):
         b = np.array([r["batch"] for r in rows], float)
         ax.errorbar(1 / b, [r["mc"] for r in rows], yerr=[r["se"] for r in rows], fmt="o", label="Monte Carlo")
         ax.axhline(rows[-1]["theory"], color="k", label="large-batch theory")
-        ax.set_xlabel("1 / |B|")
-        ax.set_ylabel("J^{l,l+1}")
+        ax.set_xlabel(r"$1/|B|$ (inverse batch size)")
+        ax.set_ylabel(r"$\mathcal{J}^{l,l+1}$")
+        ax.set_title(r"$\mathcal{J}^{l,l+1}$ against the batch size $|B|$", fontsize=9)
         ax.legend(fontsize=8)
     elif kind == "gram":
         qs = data.get("quantities", {})
@@ -680,7 +702,8 @@ def _plot_case(res: dict, path: Path, dpi: int = 80):
                         label="Monte Carlo")
             ax.plot([th.min(), th.max()], [th.min(), th.max()], "k-", lw=1, label="MC = theory")
             ax.set_xlabel("theory (infinite width)")
-            ax.set_title({"nngp": "NNGP K(x_a, x_b)", "ntk": "NTK Theta(x_a, x_b)"}[k], fontsize=9)
+            ax.set_ylabel("Monte Carlo (finite width)")
+            ax.set_title(_GRAM_TEX[k], fontsize=9)
             ax.legend(fontsize=7)
     else:
         qs = data.get("quantities", {})
@@ -696,7 +719,7 @@ def _plot_case(res: dict, path: Path, dpi: int = 80):
                             fmt="o", ms=3, label="Hutchinson")
             else:
                 th = np.array(q["theory"], float)
-                ax.plot(l, th, "k-", lw=1.2, label="theory" if kind != "factorisation" else "prod J^{l,l+1}")
+                ax.plot(l, th, "k-", lw=1.2, label="theory" if kind != "factorisation" else r"$\prod_{k<l} \mathcal{J}^{k,k+1}$")
                 ax.errorbar(l, np.array(q["mc"], float), yerr=np.array(q["se"], float), fmt="o", ms=3, capsize=2,
                             label="Monte Carlo")
                 if kind == "exponent" and k == "J":
@@ -707,13 +730,13 @@ def _plot_case(res: dict, path: Path, dpi: int = 80):
                 elif k == "J":
                     if np.nanmax(np.abs(np.log(np.clip(th[th > 0], 1e-300, None)))) > 2:
                         ax.set_yscale("log")
-            ax.set_xlabel("layer l")
-            ax.set_title({"K": "K^l", "chi_J": "J^{l,l+1}", "J": "J^{1,l}", "K12": "K^l(x,x')"}[k], fontsize=9)
+            ax.set_xlabel(r"layer $l$")
+            ax.set_ylabel(_LAYER_QUANTITY_TEX[k])
+            ax.set_title(_LAYER_QUANTITY_TEX[k], fontsize=9)
             ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    return fig
 
 
 # ---------------------------------------------------------------------------
