@@ -209,15 +209,19 @@ def test_sin_fixed_point_large_sigma_w():
 # E[(-2 h exp(-h^2))^2] = 4K (1 + 4K)^(-3/2); the fixed point K* = sw^2 E[phi^2] + sb^2 is solved
 # with mpmath and chi_J = sw^2 E[phi'^2] taken there.
 OSCILLATING = [
-    ("sin", lambda t: sp.sin(t), lambda K: (1 - mp.exp(-2 * K)) / 2, lambda K: (1 + mp.exp(-2 * K)) / 2),
-    ("cos", lambda t: sp.cos(t), lambda K: (1 + mp.exp(-2 * K)) / 2, lambda K: (1 - mp.exp(-2 * K)) / 2),
-    ("exp(-x^2)", lambda t: sp.exp(-t**2), lambda K: 1 / mp.sqrt(1 + 4 * K), lambda K: 4 * K / (1 + 4 * K) ** 1.5),
+    ("sin", lambda t: sp.sin(t),
+     lambda K: (1 - mp.exp(-2 * K)) / 2, lambda K: (1 + mp.exp(-2 * K)) / 2),
+    ("cos", lambda t: sp.cos(t),
+     lambda K: (1 + mp.exp(-2 * K)) / 2, lambda K: (1 - mp.exp(-2 * K)) / 2),
+    ("exp(-x^2)", lambda t: sp.exp(-t**2),
+     lambda K: 1 / mp.sqrt(1 + 4 * K), lambda K: 4 * K / (1 + 4 * K) ** 1.5),
 ]
 
 
-@pytest.mark.parametrize("name,phi,e_phi2,e_dphi2", OSCILLATING, ids=[c[0] for c in OSCILLATING])
+@pytest.mark.parametrize("name,phi,e_phi2,e_dphi2", OSCILLATING,
+                         ids=[c[0] for c in OSCILLATING])
 @pytest.mark.parametrize("sw,sb", [(2.0, 0.1), (0.7, 0.3)])
-def test_oscillating_and_decaying_fixed_point_and_chi_J_closed_form(name, phi, e_phi2, e_dphi2, sw, sb):
+def test_oscillating_and_decaying_one_point_closed_form(name, phi, e_phi2, e_dphi2, sw, sb):
     """fixed_point and chi_J of sin, cos, exp(-x^2) against the closed forms above (issue 27)."""
     t = sp.Symbol("t")
     mp.mp.dps = 30
