@@ -50,8 +50,8 @@ def val(check):
 
 GELU13 = "sigma_w=1.4082110131076, sigma_b=0.4158393809586"
 
-# (id, group, code, expectation). ``mf``, ``np``, ``math``, ``torch``, ``nn``, ``V`` (meanfield.verification)
-# are in scope.
+# (id, group, code, expectation). ``mf``, ``np``, ``math``, ``sp`` (sympy), ``x`` (its Symbol), ``torch``,
+# ``nn``, ``V`` (meanfield.verification) are in scope.
 ROWS = [
     # -- sigma_w / sigma_b / K0 / K12_0 in the fixed-point solvers ---------------------------------
     ("fp-sw-negative", "core", "mf.fixed_point(activation='erf', sigma_w=-1.0)", err("sigma_w")),
@@ -102,6 +102,26 @@ ROWS = [
     ("fp-K0-int", "core", "mf.fixed_point(activation='tanh', sigma_w=1.5, K0=2, sigma_b=0.0)", FIN),
     ("chiJ-broadcast-2d", "core", "mf.chi_J(activation='erf', sigma_w=[[1.0], [2.0]], sigma_b=[0.0, 0.5])",
      val("np.shape(r) == (2, 2) and np.all(np.isfinite(r))")),
+    # -- user activations that oscillate or decay (issue 27 item 2): the one-point calls answer, checked
+    # against K* and chi_J = sw^2 E[phi'^2] of the closed forms E[sin^2] = (1 - e^{-2K})/2,
+    # E[cos^2] = (1 + e^{-2K})/2, E[exp(-2h^2)] = (1 + 4K)^(-1/2) (mpmath findroot at 30 digits)
+    ("fp-sin", "core", "mf.fixed_point(activation=sp.sin(x), sigma_w=2.0, sigma_b=0.1)",
+     val("abs(r - 1.9711965416141166) < 1e-10")),
+    ("chiJ-sin", "core", "mf.chi_J(activation=sp.sin(x), sigma_w=2.0, sigma_b=0.1)",
+     val("abs(r - 2.0388034583858834) < 1e-10")),
+    ("fp-cos", "core", "mf.fixed_point(activation=sp.cos(x), sigma_w=2.0, sigma_b=0.1)",
+     val("abs(r - 2.0435740787053118) < 1e-10")),
+    ("chiJ-cos", "core", "mf.chi_J(activation=sp.cos(x), sigma_w=2.0, sigma_b=0.1)",
+     val("abs(r - 1.9664259212946882) < 1e-10")),
+    ("fp-gauss-bump", "core", "mf.fixed_point(activation=sp.exp(-x**2), sigma_w=2.0, sigma_b=0.1)",
+     val("abs(r - 1.5152943463884991) < 1e-10")),
+    ("chiJ-gauss-bump", "core", "mf.chi_J(activation=sp.exp(-x**2), sigma_w=2.0, sigma_b=0.1)",
+     val("abs(r - 1.2921154012641233) < 1e-10")),
+    # sin(x)/x is 0/0 at x = 0 as written: refused, naming the activation
+    ("fp-sinc-undefined-at-0", "core", "mf.fixed_point(activation=sp.sin(x) / x, sigma_w=2.0, sigma_b=0.1)",
+     err("activation")),
+    ("critical-line-sinc", "core", "mf.critical_line(activation=sp.sin(x) / x, sigma_w=[1.0, 2.0])",
+     err("activation")),
     # -- degenerate normalisations ------------------------------------------------------------------
     ("ln-zero-weights", "core", "mf.fixed_point(activation='erf', norm='ln_pre', sigma_w=0, sigma_b=0)",
      err("sigma_w", "sigma_b")),
@@ -398,9 +418,11 @@ def _namespace():
 
     import numpy as np
 
+    import sympy as sp
+
     import meanfield as mf
 
-    return {"mf": mf, "np": np, "math": math}
+    return {"mf": mf, "np": np, "math": math, "sp": sp, "x": sp.Symbol("x")}
 
 
 def _eval_check(check, r, w):

@@ -205,6 +205,35 @@ def test_sin_fixed_point_large_sigma_w():
     assert abs(got - 450.0) < 1e-9 * 450
 
 
+# Closed forms of the oscillating and decaying activations, h ~ N(0, K):
+# E[sin^2] = (1 - e^{-2K}) / 2, E[cos^2] = (1 + e^{-2K}) / 2, E[exp(-2 h^2)] = (1 + 4K)^(-1/2),
+# E[(-2 h exp(-h^2))^2] = 4K (1 + 4K)^(-3/2); the fixed point K* = sw^2 E[phi^2] + sb^2 is solved
+# with mpmath and chi_J = sw^2 E[phi'^2] taken there.
+OSCILLATING = [
+    ("sin", lambda t: sp.sin(t),
+     lambda K: (1 - mp.exp(-2 * K)) / 2, lambda K: (1 + mp.exp(-2 * K)) / 2),
+    ("cos", lambda t: sp.cos(t),
+     lambda K: (1 + mp.exp(-2 * K)) / 2, lambda K: (1 - mp.exp(-2 * K)) / 2),
+    ("exp(-x^2)", lambda t: sp.exp(-t**2),
+     lambda K: 1 / mp.sqrt(1 + 4 * K), lambda K: 4 * K / (1 + 4 * K) ** 1.5),
+]
+
+
+@pytest.mark.parametrize("name,phi,e_phi2,e_dphi2", OSCILLATING,
+                         ids=[c[0] for c in OSCILLATING])
+@pytest.mark.parametrize("sw,sb", [(2.0, 0.1), (0.7, 0.3)])
+def test_oscillating_and_decaying_one_point_closed_form(name, phi, e_phi2, e_dphi2, sw, sb):
+    """fixed_point and chi_J of sin, cos, exp(-x^2) against the closed forms above (issue 27)."""
+    t = sp.Symbol("t")
+    with mp.workdps(30):
+        K_ref = mp.findroot(lambda K: sw**2 * e_phi2(K) + sb**2 - K, 1.0)
+        chi_ref = sw**2 * e_dphi2(K_ref)
+    K = mf.fixed_point(activation=phi(t), sigma_w=sw, sigma_b=sb)
+    chi = mf.chi_J(activation=phi(t), sigma_w=sw, sigma_b=sb)
+    assert abs(K - float(K_ref)) <= 1e-10 * float(K_ref)
+    assert abs(chi - float(chi_ref)) <= 1e-10 * float(chi_ref)
+
+
 @pytest.mark.slow
 def test_softplus_kernel_profile_large_K_finite_and_right():
     """softplus at (1.6, 0.5): K grows past 400 (was NaN at layer 13); check layers against mpmath."""
