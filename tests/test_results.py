@@ -149,9 +149,10 @@ def _diagram_with(monkeypatch, chi, status, K):
         return mf.FixedPointState(arch, SW, SB, np.reshape(K, shape), np.full(shape, np.nan),
                                   np.reshape(chi, shape), np.full(shape, 0.5), np.reshape(status, shape))
 
-    # the asymptotic regime (lru-cached, scalar fixed-point solves) is decided before the patch:
-    # run alone, this test must not depend on another test having primed that cache
-    mf.asymptotic_regime(activation="tanh")
+    # phase_diagram first decides the asymptotic regime (lru-cached, from scalar fixed-point
+    # solves that ``fake`` does not serve): fix it to 'none' so the test does not depend on
+    # another test having filled that cache, nor pay its deep-profile compile
+    monkeypatch.setattr(lines, "_regime", lambda arch: "none")
     monkeypatch.setattr(lines, "fixed_point_state", fake)
     return mf.phase_diagram(activation="tanh", sigma_w=[1.0], sigma_b=np.arange(len(chi)) * 0.1)
 
