@@ -57,6 +57,7 @@ def _x():
 
 @pytest.mark.parametrize("norm,act", [(None, nn.Tanh), ("bn", nn.Tanh), ("ln", nn.Tanh), (None, nn.ReLU),
                                       ("bn", nn.ReLU)])
+@pytest.mark.slow
 def test_samples_are_the_blocks_jacobians_on_the_probes(norm, act):
     """(nn.Linear and nn.ReLU run the twin's own tangent rules; the reference, torch's.)"""
     bn = norm == "bn"

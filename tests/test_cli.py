@@ -41,6 +41,7 @@ def test_help_for_every_subcommand():
     (["exponents", "--activation", "erf"], "--sigma-w"),
     (["no-such-command"], "invalid choice"),
 ])
+@pytest.mark.slow
 def test_usage_errors_are_one_line_with_status_2(argv, needle):
     proc = run(*argv, check=False)
     assert proc.returncode == 2
@@ -50,6 +51,7 @@ def test_usage_errors_are_one_line_with_status_2(argv, needle):
     assert proc.stdout == ""
 
 
+@pytest.mark.slow
 def test_recursion_json_matches_library():
     proc = run("recursion", "--activation", "gelu", "--norm", "ln_pre", "--mu", "0.5", "--json")
     data = json.loads(proc.stdout)
@@ -67,6 +69,7 @@ def _loaded(cls, text, path):
     return cls.load(path)
 
 
+@pytest.mark.slow
 def test_critical_point_json_loads_and_matches_library(tmp_path):
     got = _loaded(mf.CriticalPoints, run("critical-point", "--activation", "gelu", "--json").stdout,
                   tmp_path / "cp.json")
@@ -82,6 +85,7 @@ def test_critical_point_json_loads_and_matches_library(tmp_path):
     assert erf.points[0].sigma_w == pytest.approx(np.sqrt(np.pi) / 2, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_critical_line_csv_and_json_load_and_match_library(tmp_path):
     sw = np.linspace(1.0, 2.5, 4)
     text = run("critical-line", "--activation", "erf", "--sigma-w", "1:2.5:4", "--csv").stdout
@@ -100,6 +104,7 @@ def test_critical_line_csv_and_json_load_and_match_library(tmp_path):
     assert np.all(np.diff(from_json.sigma_b) > 0) and from_json.sigma_b[0] > 0
 
 
+@pytest.mark.slow
 def test_exponents_json_loads_and_matches_library(tmp_path):
     sw = float(np.sqrt(np.pi) / 2)
     got = _loaded(mf.Exponents, run("exponents", "--activation", "erf", "--sigma-w", repr(sw), "--sigma-b", "0",
@@ -281,6 +286,7 @@ def test_activation_names_for_the_parser_are_the_registry():
     assert plotting.FIGURE_FORMATS is _names.FIGURE_FORMATS
 
 
+@pytest.mark.slow
 def test_activation_expression_gives_the_sympy_expressions_recursion(capsys, tmp_path):
     import sympy as sp
 

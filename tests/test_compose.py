@@ -56,6 +56,7 @@ def test_menu_equals_composed_tree(kw, build):
     assert net.needs_pair == (kw.get("norm") == "bn" or kw.get("block") == "mixer")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw,build", MENU[:3], ids=["relu", "erf-ln", "tanh-lnpost"])
 def test_solvers_agree(kw, build):
     # the two specs generate the same expressions (test above) but separate modules (the key is the
@@ -162,6 +163,7 @@ def test_every_solver_takes_a_network():
     np.testing.assert_array_equal(mf.fixed_point(arch, 1.2, 0.3), mf.fixed_point(net, 1.2, 0.3))
 
 
+@pytest.mark.slow
 def test_cli_spec(tmp_path):
     import subprocess
     import sys

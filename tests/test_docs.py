@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,6 +28,7 @@ def test_readme_has_two_setup_commands_and_ci_runs_the_test_one():
     assert "meanfield critical-point --activation erf" in ci and "meanfield phase-diagram" in ci
 
 
+@pytest.mark.slow
 def test_api_reference_is_up_to_date():
     proc = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_api.py"), "--check"])
     assert proc.returncode == 0, "docs/api.md is stale: run `python docs/gen_api.py`"
@@ -43,6 +46,7 @@ def test_relative_links_in_markdown_resolve():
     assert not broken, broken
 
 
+@pytest.mark.slow
 def test_howto_code_blocks_run():
     """Every ```python block of docs/howto.md runs, in order, in one namespace."""
     blocks = re.findall(r"```python\n(.*?)\n```", (ROOT / "docs" / "howto.md").read_text(), flags=re.S)
@@ -55,6 +59,7 @@ def test_howto_code_blocks_run():
             raise AssertionError(f"docs/howto.md block {i} failed: {exc!r}\n{code}") from exc
 
 
+@pytest.mark.slow
 def test_readme_tour_runs():
     """The README's first Python block (the core tour, no torch) runs as printed."""
     code = re.findall(r"```python\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)[0]

@@ -88,6 +88,7 @@ def test_post_ln_mlp_is_the_menu_item():
     _same(net, mf.Architecture("tanh", norm="ln_post"))
 
 
+@pytest.mark.slow
 def test_resmlp_block_tokens_and_layerscale():
     net = mf.from_torch(ResMLP(eps=0.25), torch.randn(2, 8, 12))
     assert net.depth == 3 and net.has_tokens
@@ -114,6 +115,7 @@ MENU_MODULES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(MENU_MODULES))
 def test_built_in_blocks_round_trip(name):
     make, ref = MENU_MODULES[name]
@@ -143,6 +145,7 @@ def test_residual_menu_item_round_trip():
     assert sp.simplify(mf.recursion(net).chi_J - menu.chi_J) == 0
 
 
+@pytest.mark.slow
 def test_differing_blocks_come_back_whole():
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16))
     net = mf.from_torch(model, torch.randn(2, 8))
@@ -199,6 +202,7 @@ def _unit_rows(B, N, seed=0):
     return x * (N ** 0.5 / x.norm(dim=-1, keepdim=True))
 
 
+@pytest.mark.slow
 def test_monte_carlo_on_the_users_own_module():
     torch.manual_seed(0)
     model = PreLNResMLP(d_in=32, d=256, depth=5, mu=0.5).double()

@@ -25,6 +25,7 @@ def test_erfcx_table_against_mpmath():
     assert worst <= 10 * np.finfo(float).eps, worst
 
 
+@pytest.mark.slow
 def test_recurrences_against_exp():
     x = 0.5 * np.arange(-77, 78, dtype=float)
     out = np.empty(x.size)

@@ -128,6 +128,7 @@ def test_streams_are_standard_normal():
     assert abs(np.mean(x[:-500_000] * x[500_000:])) < 5 / math.sqrt(n - 500_000)
 
 
+@pytest.mark.slow
 def test_rows_depend_only_on_seed_and_init():
     whole = ph.standard_normal(3, np.arange(6), 9, (40, 130))
     for chunk in ([0, 1], [2], [3, 4, 5]):

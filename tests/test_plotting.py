@@ -37,6 +37,7 @@ def _legend(ax):
     return [t.get_text() for t in leg.get_texts()] if leg else []
 
 
+@pytest.mark.slow
 def test_relu_figure_draws_the_critical_line_and_point(relu):
     ax = relu.plot()
     (line,) = _by_gid(ax, "critical line")
@@ -55,6 +56,7 @@ def test_relu_figure_draws_the_critical_line_and_point(relu):
     assert "ReLU" in ax.get_title() and ax.get_xlabel() == r"$\sigma_w$"
 
 
+@pytest.mark.slow
 def test_one_symmetric_colour_scale_centred_on_critical(relu):
     ax = relu.plot()
     mesh = ax.collections[0]
@@ -134,6 +136,7 @@ def test_critical_point_on_the_grid_edge_is_not_clipped(relu, tmp_path):
     assert ax.get_title().startswith("Phase diagram") and ax.get_ylabel() == r"$\sigma_b$"
 
 
+@pytest.mark.slow
 def test_no_legend_entry_without_a_line():
     everywhere = mf.phase_diagram(activation="erf", norm="ln_pre", mu=1.0, sigma_w=[0.5, 1.0, 1.5], sigma_b=[0.0, 0.5])
     ax = everywhere.plot()
@@ -165,6 +168,7 @@ def test_divergent_and_undetermined_points_are_grey_hatched_and_labelled(relu):
     assert mesh.get_cmap()(mesh.norm(0.0))[:3] != pytest.approx(greys["divergent"].get_cmap()(0.5)[:3])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ext", ["pdf", "svg", "png"])
 def test_saved_files_and_their_metadata(relu, tmp_path, ext):
     path = tmp_path / f"relu.{ext}"
@@ -194,6 +198,7 @@ def _cli(*args, capsys):
     return capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_cli_uses_the_same_figure_and_labels(tmp_path, capsys):
     out = json.loads(_cli("phase-diagram", "--activation", "relu", "--sigma-w", "0.5:2.5:9", "--sigma-b", "0:1:5",
                           "--out", str(tmp_path / "sweep_mu0.5.pdf"), "--json", capsys=capsys))

@@ -108,6 +108,7 @@ def test_derivatives_at_one_match_one_point_price_identities(name, phi):
     assert maps.C(1.0) == pytest.approx(1.0, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_quadrature_c_map_matches_mpmath_reference(mp_smooth2):
     """The 2-D route (no closed form): softplus C map at unequal q against the trapezoid mpmath reference."""
     sp_mp = lambda t: mp.log(1 + mp.exp(t))  # noqa: E731
@@ -439,6 +440,7 @@ def test_proposition1_monte_carlo():
     assert np.all(printed.mean - van.mean > 4 * np.sqrt(van.se**2 + printed.se**2))
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @needs_torch
 def test_shaped_activation_module_matches_numpy():

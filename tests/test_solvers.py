@@ -73,6 +73,7 @@ def test_quadrature_fixed_points(act, phi, sw, sb):
     assert close(mf.fixed_point(activation=act, sigma_w=sw, sigma_b=sb), K)
 
 
+@pytest.mark.slow
 def test_kernel_profile_erf_and_pair_state():
     p = mf.kernel_profile(activation="erf", sigma_w=1.7, sigma_b=0.4, depth=6)
     K = mp.mpf(1.7 ** 2 + 0.4 ** 2)
@@ -272,6 +273,7 @@ def test_gelu_critical_points(mu):
     assert p0.unit_input_reaches == math.inf
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mu", [None, 0.5])
 def test_erf_critical_point(mu):
     m = mu or 0.0

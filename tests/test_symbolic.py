@@ -205,6 +205,7 @@ def test_batchnorm_apjn_eq_23(act, Ed2):
     assert same(plain.chi_J, sw**2 * Ed2 / (K - K12))
 
 
+@pytest.mark.slow
 def test_batchnorm_relu_fixed_points_eq_26():
     # one BN per block, no skip: BN outputs are N(0, 1), uncorrelated across inputs, so
     # K* = sw^2/2 + sb^2 and K12* = sw^2 E[relu]^2 + sb^2 = sw^2/(2 pi) + sb^2

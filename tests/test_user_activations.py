@@ -221,6 +221,7 @@ OSCILLATING = [
 
 @pytest.mark.parametrize("name,phi,e_phi2,e_dphi2", OSCILLATING,
                          ids=[c[0] for c in OSCILLATING])
+@pytest.mark.slow
 @pytest.mark.parametrize("sw,sb", [(2.0, 0.1), (0.7, 0.3)])
 def test_oscillating_and_decaying_one_point_closed_form(name, phi, e_phi2, e_dphi2, sw, sb):
     """fixed_point and chi_J of sin, cos, exp(-x^2) against the closed forms above (issue 27)."""

@@ -114,6 +114,7 @@ def test_phase_diagram_reuses_the_networks_of_monte_carlo():
     assert pd.K[1, 1] == pytest.approx(r.K[2], rel=1e-12)
 
 
+@pytest.mark.slow
 def test_float32_runs():
     # float32 draws its own random stream, so compare with theory, not with float64
     a = monte_carlo("relu", 2**0.5, 0.0, depth=3, width=64, n_init=16, dtype=torch.float32)
