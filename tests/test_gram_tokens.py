@@ -221,6 +221,7 @@ def test_monte_carlo_ntk_is_a_hand_written_mixer(sb):
     np.testing.assert_allclose(e.ntk, np.mean(Th, 0), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_token_sign_flip_makes_the_kernels_token_diagonal():
     """Why the limit's token-diagonal state is exact in expectation at any T and C (sigma_b = 0, odd phi,
     tokens orthogonal across positions): negating the input layer's columns on token t's coordinates, column t

@@ -107,6 +107,7 @@ def _label_value(text):
     return float(body)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sigma_w, n_side", [(SW, 2), (np.linspace(0.3, 3.0, 12), 1), (np.linspace(0.05, 6.0, 12), 2)])
 def test_colour_bar_is_labelled_on_both_sides_in_chi_values(sigma_w, n_side):
     pd = mf.phase_diagram(activation="relu", sigma_w=sigma_w, sigma_b=[0.0, 0.5])

@@ -214,6 +214,7 @@ def test_geometric_init_kernel_multipliers():
         VS.geometric_init_(nn.Sequential(nn.ReLU()))
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 @needs_torch
 def test_strided_conv_extrinsic_form_uses_output_positions():

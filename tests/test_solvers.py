@@ -293,6 +293,7 @@ def test_no_critical_points():
 # ---------------------------------------------------------------------------
 # Correlation length, phase diagram, other blocks.
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_correlation_length_and_phase_diagram():
     sw = np.array([0.5, 1.0, 2.0])
     sb = np.array([0.0, 0.5, 1.0, 2.0])

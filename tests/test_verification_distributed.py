@@ -65,6 +65,7 @@ def test_plan_shards_cover_every_point_and_init_once():
     assert (hits == 1).all() and len({s.name for s in shards}) == len(shards) == 3 * 3
 
 
+@pytest.mark.slow
 def test_init_chunking_is_bit_identical_serially():
     # the property the sharding rests on: splitting initialisations into passes changes no bit
     ref = phase_diagram(ERF, SW, SB, **PD)
