@@ -151,6 +151,7 @@ def test_rms_norm_state_map():
     assert sp.simplify(rec.chi_J - sw**2 / K) == 0  # E[relu'^2] / E[relu^2] = (1/2)/(K/2)
 
 
+@pytest.mark.slow
 def test_every_solver_takes_a_network():
     net = mf.Network(mf.residual(mf.layer_norm(), mf.act("erf"), mf.dense()), mu=0.5)
     arch = mf.Architecture("erf", norm="ln_pre", mu=0.5)

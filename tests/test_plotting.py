@@ -126,6 +126,7 @@ def test_colour_bar_is_labelled_on_both_sides_in_chi_values(sigma_w, n_side):
     assert "chi_J" in cbar.ax.get_ylabel() and "log" in cbar.ax.get_ylabel()
 
 
+@pytest.mark.slow
 def test_critical_point_on_the_grid_edge_is_not_clipped(relu, tmp_path):
     ax = relu.plot()
     (pts,) = _by_gid(ax, "critical points")
@@ -149,6 +150,7 @@ def test_no_legend_entry_without_a_line():
     assert not _by_gid(ax, "critical line") and not _by_gid(ax, "critical points") and _legend(ax) == []
 
 
+@pytest.mark.slow
 def test_divergent_and_undetermined_points_are_grey_hatched_and_labelled(relu):
     phase = relu.phase.copy()
     chi = relu.chi_J.copy()

@@ -124,6 +124,7 @@ def test_post_ln_scale_invariant_chi_J_eq_109(a_plus, a_minus):
     assert same(rec.chi_J.subs(K, sw**2 + sb**2), ref)
 
 
+@pytest.mark.slow
 def test_pre_ln_gelu_chi_J_eq_170():
     rec = mf.recursion(activation="gelu", norm="ln_pre")
     # E[gelu(z)^2] and E[gelu'(z)^2] for z ~ N(0, 1), from (152)/(154) at K = 1 by hand:

@@ -31,6 +31,7 @@ def test_hutchinson_is_unbiased_for_the_exact_apjn(bn):
         assert int(m[1].num_batches_tracked) == 0
 
 
+@pytest.mark.slow
 def test_forward_ad_jvp_matches_torch_func_jvp():
     from meanfield.torch.estimators import jvp
 

@@ -19,6 +19,7 @@ def _agrees(mc, se, th, layers, width, c=C_ALLOW):
     return np.abs(mc - th) <= tol
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", [mf.Architecture("erf"), mf.Architecture("relu", norm="bn", mu=0.5)], ids=str)
 def test_exact_and_hutchinson_agree(arch):
     kw = dict(sigma_w=1.4, sigma_b=0.2, depth=4, width=12, n_init=24, batch=4, seed=3)
