@@ -100,3 +100,13 @@ def test_markdown_python_blocks_run(md, tmp_path, monkeypatch):
     finally:
         if "matplotlib.pyplot" in sys.modules:
             sys.modules["matplotlib.pyplot"].close("all")
+
+
+def test_citation_files_cite_the_same_four_papers_as_the_theory_page():
+    """CITATION.cff, docs/references.bib and docs/theory.md name the same arXiv ids, one per source paper."""
+    arxiv = r"(\d{4}\.\d{4,5})"
+    theory = set(re.findall(r"arXiv:" + arxiv, (ROOT / "docs" / "theory.md").read_text()))
+    bib = set(re.findall(r"eprint\s*=\s*\{" + arxiv + r"\}", (ROOT / "docs" / "references.bib").read_text()))
+    cff = set(re.findall(r'value:\s*"arXiv:' + arxiv + '"', (ROOT / "CITATION.cff").read_text()))
+    assert len(theory) == 4 and theory == bib == cff, (theory, bib, cff)
+    assert "shared/papers" not in (ROOT / "docs" / "theory.md").read_text()  # not shipped with the package
