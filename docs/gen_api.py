@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -35,6 +36,29 @@ MODULES = [
 ]
 
 
+def _home(mod, name, obj) -> str:
+    """The module that defines a public name of ``meanfield`` (data have no ``__module__``)."""
+    if hasattr(obj, "__module__") and not isinstance(obj, (int, float, str, dict, tuple)):
+        return obj.__module__
+    exports = getattr(mod, "_EXPORTS", {})
+    return f"meanfield.{exports.get(name, 'solvers')}" if name not in getattr(mod, "_OWN_NAMES", []) else mod.__name__
+
+
+def _data_doc(modname: str, name: str) -> str:
+    """The ``#:`` comment above ``name = ...`` in the module or one of its submodules (Sphinx's convention)."""
+    for path in sorted(Path(importlib.import_module(modname).__file__).parent.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if re.match(rf"(\w+\s*,\s*)*{re.escape(name)}\b[^=(]*=", line):
+                comment = []
+                while i > 0 and lines[i - 1].lstrip().startswith("#:"):
+                    i -= 1
+                    comment.insert(0, lines[i].lstrip()[2:].strip())
+                if comment:
+                    return " ".join(comment)
+    return "(undocumented)"
+
+
 def _signature(obj) -> str:
     try:
         return str(inspect.signature(obj))
@@ -49,6 +73,7 @@ def _doc(obj) -> str:
 def render() -> str:
     out = ["# API reference", "",
            "Generated from the docstrings by `python docs/gen_api.py`; do not edit by hand.", ""]
+    documented: dict = {}  # id of a documented callable -> the module it is documented under
     for modname, names in MODULES:
         try:
             mod = importlib.import_module(modname)
@@ -61,13 +86,19 @@ def render() -> str:
             obj = getattr(mod, name, None)
             if obj is None or inspect.ismodule(obj):
                 continue
-            if modname == "meanfield" and getattr(obj, "__module__", modname) != modname:
+            if modname == "meanfield" and _home(mod, name, obj) != modname:
                 # re-exports are documented where they are defined
-                out.append(f"- `{name}`: see `{getattr(obj, '__module__', '?')}`")
+                out.append(f"- `{name}`: see `{_home(mod, name, obj)}`")
                 continue
             if not callable(obj):
-                out += [f"### `{modname}.{name}`", "", f"*data* ({type(obj).__name__})", ""]
+                value = repr(obj)  # printed when short (a code, a tuple of names), else only its type
+                head = f"{modname}.{name} = {value}" if len(value) <= 120 else f"{modname}.{name}"
+                out += [f"### `{head}`", "", f"*data* ({type(obj).__name__})", "", _data_doc(modname, name), ""]
                 continue
+            if id(obj) in documented:  # one object, one entry: the first module of MODULES that exports it
+                out.append(f"- `{name}`: see `{documented[id(obj)]}.{name}`")
+                continue
+            documented[id(obj)] = modname
             kind = "class" if inspect.isclass(obj) else "function"
             sig = _signature(obj)
             out += [f"### `{modname}.{name}{sig}`", "", f"*{kind}*", "", "```text", _doc(obj), "```", ""]

@@ -1,6 +1,6 @@
 """AutoInit tuning dynamics of ReLU (and linear) MLPs: closed forms, no torch.
 
-AutoInit paper (shared/papers/autoinit-jacobian-tuning.txt), section 2.1 and
+AutoInit paper (He, Doshi, Gromov, arXiv:2206.13568), section 2.1 and
 appendix C.1. A ReLU MLP ``h^{l+1} = a_W^{l+1} W^{l+1} relu(h^l) + a_b^{l+1} b^{l+1}``
 with ``W ~ N(0, sigma_w^2/N_l)`` has, at infinite width,
 

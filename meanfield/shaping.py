@@ -369,6 +369,7 @@ class NormalizedSum:
                              "in something other than an Affine layer")
 
 
+#: the empty chain: the identity map (Q and C maps are the identity)
 IDENTITY = Chain(())
 _NODES = (Layer, Affine, Chain, Repeat, NormalizedSum)
 

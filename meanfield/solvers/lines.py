@@ -856,12 +856,21 @@ def _xi(X):
     return np.where(np.abs(X - 1.0) <= XI_CRITICAL_TOL, np.inf, xi)
 
 
-#: Phase codes of :attr:`PhaseDiagram.phase` (int8) and their names (the labels in CSV and JSON).
-#: ordered: chi_J* < 1; critical: |chi_J* - 1| <= tol; chaotic: chi_J* > 1 (also where K* = inf
-#: and chi_J^l has that limit, e.g. ReLU with sigma_w^2 > 2); divergent: K* = inf and chi_J^l has
-#: no finite limit there (so no phase follows from it); undetermined: the fixed-point solve failed
-#: (no limit: an oscillating map, the iteration cap, NaN in the recursion).
-PHASE_ORDERED, PHASE_CRITICAL, PHASE_CHAOTIC, PHASE_DIVERGENT, PHASE_UNDETERMINED = -1, 0, 1, 2, 3
+# Phase codes of :attr:`PhaseDiagram.phase` (int8); chi_J* is chi_J at the fixed point K*.
+#: phase code -1, "ordered": chi_J* < 1 (perturbations and gradients shrink with depth)
+PHASE_ORDERED = -1
+#: phase code 0, "critical": |chi_J* - 1| <= tol (``phase_diagram``'s ``tol``)
+PHASE_CRITICAL = 0
+#: phase code 1, "chaotic": chi_J* > 1 (also where K* = inf and chi_J^l has that limit, e.g. ReLU
+#: with sigma_w^2 > 2)
+PHASE_CHAOTIC = 1
+#: phase code 2, "divergent": K* = inf and chi_J^l has no finite limit there, so no phase follows
+PHASE_DIVERGENT = 2
+#: phase code 3, "undetermined": the fixed-point solve failed (no limit: an oscillating map, the
+#: iteration cap, NaN in the recursion); chi_J* and K* are NaN
+PHASE_UNDETERMINED = 3
+#: phase code -> name (the labels in CSV and JSON, :func:`phase_names`):
+#: {-1: 'ordered', 0: 'critical', 1: 'chaotic', 2: 'divergent', 3: 'undetermined'}
 PHASES = {PHASE_ORDERED: "ordered", PHASE_CRITICAL: "critical", PHASE_CHAOTIC: "chaotic",
           PHASE_DIVERGENT: "divergent", PHASE_UNDETERMINED: "undetermined"}
 

@@ -1,4 +1,4 @@
-r"""AutoInit: tune any torch model to criticality (He, Doshi, Gromov; shared/papers/autoinit-jacobian-tuning.txt).
+r"""AutoInit: tune any torch model to criticality (He, Doshi, Gromov, arXiv:2206.13568).
 
 Every parameter tensor ``theta`` of the model gets an auxiliary scalar
 ``a_theta`` (weights, biases, norm affine parameters, LayerScale, ...). A twin
@@ -123,6 +123,7 @@ __all__ = [
     "apply_scales",
 ]
 
+#: SGD learning rate of :func:`autoinit` when ``lr=None`` and the model is not a ReLU MLP (which gets its one-step rate)
 DEFAULT_LR = 0.03
 LOSSES = _theory.LOSSES
 MODES = ("rescale", "freeze")

@@ -95,7 +95,8 @@ from .montecarlo import (PhaseDiagramResult, _bytes_per_init, _check_dtype, _che
 __all__ = ["DEFAULT_CPU_BUDGET", "AutoInitSweep", "Shard", "autoinit_sweep", "connect", "local_cluster",
            "memory_budget", "phase_diagram_distributed", "plan_shards", "run_cases"]
 
-DEFAULT_CPU_BUDGET = 2.0e9  # bytes per pass on a CPU worker when /proc/meminfo cannot be read
+#: bytes per pass on a CPU worker when /proc/meminfo cannot be read
+DEFAULT_CPU_BUDGET = 2.0e9
 MEMORY_FRACTION = 0.5  # of the free device memory (CUDA) or MemAvailable (CPU)
 DEFAULT_SHARDS_PER_BLOCK = 16  # initialisation blocks per point block: load balance and resume granularity
 
