@@ -80,25 +80,36 @@ def test_every_python_block_in_the_docs_runs_or_says_why_not():
     assert len(not_run) == NOT_RUN_EXPECTED, not_run
 
 
+#: run in a fresh interpreter, as a reader runs a page: the engine choice of meanfield.numeric (CPython
+#: until numba is loaded in the process) then does not depend on which tests ran before
+_RUN_BLOCKS = """
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+namespace = {"__name__": "__docs__"}
+for line, code in json.load(sys.stdin):
+    try:
+        exec(compile(code, f"{sys.argv[1]}:{line}", "exec"), namespace)
+    except Exception as exc:
+        sys.exit(f"{sys.argv[1]} block at line {line} failed: {exc!r}\\n{code}")
+"""
+
+
 # slow: the blocks compile architectures and run torch Monte Carlo and AutoInit (from empty compile
 # caches the README's take ~45 s and the how-to's ~40 s on a 2-core machine)
 @pytest.mark.slow
 @pytest.mark.parametrize("md", [pytest.param(md, id=md.name) for md in MARKDOWN if _python_blocks(md)])
-def test_markdown_python_blocks_run(md, tmp_path, monkeypatch):
+def test_markdown_python_blocks_run(md, tmp_path):
     """The ```python blocks of one file run as printed, in order, in one namespace (as a reader pastes them)."""
-    monkeypatch.chdir(tmp_path)  # a block that writes a file writes it here
-    namespace: dict = {"__name__": "__docs__"}
-    try:
-        for line, code, reason in _python_blocks(md):
-            if reason is not None:
-                continue
-            try:
-                exec(compile(code, f"{md.name}:{line}", "exec"), namespace)
-            except Exception as exc:  # pragma: no cover - the message is the point
-                raise AssertionError(f"{md.name} block at line {line} failed: {exc!r}\n{code}") from exc
-    finally:
-        if "matplotlib.pyplot" in sys.modules:
-            sys.modules["matplotlib.pyplot"].close("all")
+    import json
+    import os
+
+    blocks = [(line, code) for line, code, reason in _python_blocks(md) if reason is None]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # cwd tmp_path: a block that writes a file writes it there
+    proc = subprocess.run([sys.executable, "-c", _RUN_BLOCKS, md.name], input=json.dumps(blocks), text=True,
+                          capture_output=True, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
 
 
 def test_citation_files_cite_the_same_four_papers_as_the_theory_page():
