@@ -48,9 +48,11 @@ def test_compare_can_fail():
 def test_public_api_matches_golden(group):
     got = cases.compute(group)
     stored = STORED[group]
-    assert sorted(got) == sorted(stored), "the calls of this group changed: regenerate on purpose only"
-    mismatches = []
+    mismatches = [f"{key}: stored, not computed" for key in stored if key not in got]
+    mismatches += [f"{key}: computed, not stored" for key in got if key not in stored]
     for key, entry in stored.items():
+        if key not in got:
+            continue
         mismatches += [f"{key}{m}" for m in cases.compare(entry["value"], got[key]["value"], entry["rtol"],
                                                           entry["atol"])]
     assert not mismatches, f"{len(mismatches)} values moved:\n" + "\n".join(mismatches[:40])
