@@ -1,0 +1,159 @@
+"""The package's import graph: no cycles, no private names taken across modules.
+
+Read from the source with `ast` (nothing is imported), counting imports inside
+functions too: a lazy import still ties two modules together.  A private name
+(one leading underscore) may be imported only between the modules of one
+subpackage (`meanfield/solvers/`, `meanfield/torch/`, `meanfield/verification/`,
+...); the flat top-level modules talk through public names.
+"""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "meanfield"
+
+# Cycles and private imports that exist today and are being removed (issue 24).
+# The lists must match exactly: a new one fails, and so does one that is gone
+# but still listed (shrink the list when you remove one).
+KNOWN_CYCLES = {
+    frozenset(['meanfield._serialize', 'meanfield.activations', 'meanfield.calculus', 'meanfield.gaussian', 'meanfield.numeric', 'meanfield.symbolic']),
+    frozenset(['meanfield.gram', 'meanfield.gram_tokens']),
+    frozenset(['meanfield.plotting', 'meanfield.solvers', 'meanfield.solvers.exponents', 'meanfield.solvers.finite_width', 'meanfield.solvers.fixed', 'meanfield.solvers.lines']),
+    frozenset(['meanfield.verification.distributed', 'meanfield.verification.gram', 'meanfield.verification.montecarlo', 'meanfield.verification.suite']),
+}
+KNOWN_PRIVATE_IMPORTS = {
+    ('meanfield._gram_quadrature', 'meanfield.gaussian', '_engine'),
+    ('meanfield.activations', 'meanfield.calculus', '_sum_gap'),
+    ('meanfield.activations', 'meanfield.gaussian', '_piece_at'),
+    ('meanfield.gaussian', 'meanfield.numeric', '_stable'),
+    ('meanfield.gram', 'meanfield.calculus', '_short'),
+    ('meanfield.gram', 'meanfield.symbolic', '_numeric_expectations'),
+    ('meanfield.gram_tokens', 'meanfield.calculus', '_short'),
+    ('meanfield.gram_tokens', 'meanfield.calculus', '_sum_gap'),
+    ('meanfield.gram_tokens', 'meanfield.gram', '_NEAR'),
+    ('meanfield.gram_tokens', 'meanfield.gram', '_cached'),
+    ('meanfield.gram_tokens', 'meanfield.gram', '_compile_layers'),
+    ('meanfield.gram_tokens', 'meanfield.gram', '_full'),
+    ('meanfield.gram_tokens', 'meanfield.gram', '_input_gap'),
+    ('meanfield.gram_tokens', 'meanfield.gram', '_lambdify'),
+    ('meanfield.gram_tokens', 'meanfield.gram', '_naive_gap'),
+    ('meanfield.gram_tokens', 'meanfield.gram', '_values'),
+    ('meanfield.numeric', 'meanfield._cache', '_NOTICED'),
+    ('meanfield.numeric', 'meanfield.gaussian', '_TOL_BASE'),
+    ('meanfield.numeric', 'meanfield.gaussian', '_TOL_BASE_1D'),
+    ('meanfield.numeric', 'meanfield.gaussian', '_TOL_REFINED'),
+    ('meanfield.solvers._common', 'meanfield.numeric', '_compiled'),
+    ('meanfield.solvers.fixed', 'meanfield._validate', '_as_float_array'),
+    ('meanfield.solvers.lines', 'meanfield.numeric', '_key'),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports():
+    """(importer, imported module, name or None) for every import in the package."""
+    modules = _modules()
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules:
+                        yield module, alias.name, None
+            elif isinstance(node, ast.ImportFrom):
+                source = _resolve(module, path, node)
+                for alias in node.names:
+                    submodule = f"{source}.{alias.name}"
+                    if submodule in modules:
+                        yield module, submodule, None
+                    elif source in modules:
+                        yield module, source, alias.name
+
+
+def import_cycles() -> set:
+    """The strongly connected components (more than one module) of the import graph."""
+    graph = {}
+    for importer, imported, _ in imports():
+        if importer != imported:
+            graph.setdefault(importer, set()).add(imported)
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), set()
+
+    def visit(v):  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.add(frozenset(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def _subpackage(module: str):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 else None
+
+
+def private_imports() -> set:
+    """(importer, module, name): private names taken from a module of another place."""
+    found = set()
+    for importer, imported, name in imports():
+        if name is None or not name.startswith("_") or name.startswith("__"):
+            continue
+        same = _subpackage(importer) is not None and _subpackage(importer) == _subpackage(imported)
+        if not same:
+            found.add((importer, imported, name))
+    return found
+
+
+def test_the_graph_is_read():
+    # the checker itself: it sees a module-level and a function-level import
+    edges = {(a, b) for a, b, _ in imports()}
+    assert ("meanfield.symbolic", "meanfield.calculus") in edges
+    assert ("meanfield.cli", "meanfield.solvers") in edges or ("meanfield.cli", "meanfield") in edges
+
+
+def test_no_import_cycles():
+    cycles = {tuple(sorted(c)) for c in import_cycles()}
+    known = {tuple(sorted(c)) for c in KNOWN_CYCLES}
+    assert cycles - known == set(), f"new import cycles: {sorted(cycles - known)}"
+    assert known - cycles == set(), f"cycles gone, remove them from KNOWN_CYCLES: {sorted(known - cycles)}"
+
+
+def test_no_private_imports_across_modules():
+    found = private_imports()
+    assert found - KNOWN_PRIVATE_IMPORTS == set(), f"new private imports: {sorted(found - KNOWN_PRIVATE_IMPORTS)}"
+    gone = KNOWN_PRIVATE_IMPORTS - found
+    assert gone == set(), f"gone, remove from KNOWN_PRIVATE_IMPORTS: {sorted(gone)}"
