@@ -128,14 +128,14 @@ def install_locator() -> None:
 _NOTICED: set = set()
 
 
-def compile_notice(what: str, seconds: str = "10-40 s") -> None:
+def compile_notice(what: str, seconds: str = "10-40 s", covers: tuple = ()) -> None:
     """Tell the user (stderr, one line, once per ``what`` per process) that a compile is starting.
 
-    Silenced by ``MEANFIELD_QUIET=1``.
+    ``covers``: further compiles this line announces (not noticed again). Silenced by ``MEANFIELD_QUIET=1``.
     """
     if what in _NOTICED:
         return
-    _NOTICED.add(what)
+    _NOTICED.update((what,) + tuple(covers))
     if os.environ.get("MEANFIELD_QUIET", "") not in ("", "0"):
         return
     try:

@@ -114,9 +114,9 @@ _EPS = np.finfo(np.float64).eps
 def _rule(zc_bytes: bytes, h0: float):
     """Nodes z, weights w (standard normal), and the weights of the rule of twice the step, for
     breakpoints zc (z = 0 and cuts / sqrt(K)): the one-point engine's base rule at step h0."""
-    from .gaussian import QUAD_ES_T, QUAD_TS_T, _engine
+    from .gaussian import QUAD_ES_T, QUAD_TS_T, quadrature_engine
 
-    seg = _engine()["_segment"]
+    seg = quadrature_engine()["_segment"]
     zc = np.frombuffer(zc_bytes, dtype=np.float64)
     z0, w0 = seg(zc, 0, h0, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T)
     z1, w1 = seg(zc, 1, h0, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T)
@@ -140,9 +140,9 @@ def _hermite(zc_bytes: bytes, h0: float, kmax: int):
 
 
 def _breaks(s: float, cuts: np.ndarray) -> np.ndarray:
-    from .gaussian import QUAD_ZMAX, _engine
+    from .gaussian import QUAD_ZMAX, quadrature_engine
 
-    return _engine()["_breaks"](s, cuts, QUAD_ZMAX)
+    return quadrature_engine()["_breaks"](s, cuts, QUAD_ZMAX)
 
 
 def _groups(s: np.ndarray, cuts: np.ndarray) -> dict:
@@ -1726,7 +1726,7 @@ def _polynomially_bounded(f) -> bool:
 def vectorise_expectations(exprs):
     """Replace the two-point expectations of products f(u) g(v) in ``exprs`` by :class:`ProductMoment`
     calls. Returns (exprs', namespace); other expectations are left for
-    :func:`meanfield.symbolic._numeric_expectations`."""
+    :func:`meanfield.gaussian.numeric_expectations`."""
     from .gaussian import GaussianExpectation2, numpy_function, pieces
 
     namespace, names = {}, {}

@@ -11,7 +11,7 @@ from typing import Iterable
 import numpy as np
 
 __all__ = ["check_choice", "check_nonnegative", "check_positive", "check_finite_array", "check_real",
-           "check_int", "broadcast_named", "numeric_value"]
+           "check_int", "broadcast_named", "numeric_value", "as_float_array"]
 
 
 def check_choice(name: str, value, allowed: Iterable):
@@ -23,7 +23,7 @@ def check_choice(name: str, value, allowed: Iterable):
     return value
 
 
-def _as_float_array(name: str, value) -> np.ndarray:
+def as_float_array(name: str, value) -> np.ndarray:
     # the common case (a python float or a float64 array) costs one isinstance check
     if type(value) is float:
         return np.asarray(value)
@@ -78,7 +78,7 @@ def broadcast_named(**arrays):
 
 def check_finite_array(name: str, value) -> np.ndarray:
     """float64 array of ``value``; ValueError if any entry is NaN or infinite."""
-    arr = _as_float_array(name, value)
+    arr = as_float_array(name, value)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return arr
@@ -86,7 +86,7 @@ def check_finite_array(name: str, value) -> np.ndarray:
 
 def check_nonnegative(name: str, value) -> np.ndarray:
     """float64 array of ``value``; ValueError unless every entry is finite and >= 0."""
-    arr = _as_float_array(name, value)
+    arr = as_float_array(name, value)
     if not np.all(np.isfinite(arr) & (arr >= 0)):
         raise ValueError(f"{name} must be >= 0 (and finite), got {value!r}")
     return arr
@@ -94,7 +94,7 @@ def check_nonnegative(name: str, value) -> np.ndarray:
 
 def check_positive(name: str, value) -> np.ndarray:
     """float64 array of ``value``; ValueError unless every entry is finite and > 0."""
-    arr = _as_float_array(name, value)
+    arr = as_float_array(name, value)
     if not np.all(np.isfinite(arr) & (arr > 0)):
         raise ValueError(f"{name} must be > 0 (and finite), got {value!r}")
     return arr

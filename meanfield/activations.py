@@ -45,6 +45,7 @@ import sympy as sp
 
 from . import _names
 from ._validate import check_real, numeric_value
+from .gap import positive, sum_gap
 from .gaussian import GaussianExpectation, GaussianExpectation2, numpy_function
 from .symbols import x
 
@@ -117,14 +118,6 @@ class pair_det(sp.Function):
     _pythoncode = _numpycode = _scipycode = _mpmathcode = _lambdacode = _code
 
 
-#: 1 - r for a correlation r whose exact gap s = 1 - r^2 is known: s / (1 + r) for r > 0 (no cancellation
-#: near r = 1), 1 - r otherwise (numpy: meanfield.gram). Used by the Gram-matrix rules that carry the gap.
-one_minus = sp.Function("_mf_one_minus")
-#: one_minus_product(ra, sa, rb, sb) = 1 - ra rb from the two gaps: (1 - |ra|) + |ra| (1 - |rb|) when ra rb > 0
-#: (1 - |r| = s / (1 + |r|)), 1 - ra rb otherwise (numpy: meanfield.gram).
-one_minus_product = sp.Function("_mf_one_minus2")
-#: positive(r, a, b) = a where r > 0, else b (numpy.where; meanfield.gram)
-positive = sp.Function("_mf_positive")
 
 
 def _pair_gap_det(K1, K2, K12, gap, c=None):
@@ -550,7 +543,7 @@ class Gelu(Activation):
 
         phi = x/2 + psi(x), psi(x) = x (Phi(x) - 1/2) >= 0 even, so E[u psi(v)] = 0 and the outputs are
         a sum of two uncorrelated parts: L = (K1, K2, K12)/4 (correlation rho, gap s) and
-        M = E[psi psi] (correlation rho_M > 0, even in K12); their gap is :func:`_sum_gap`'s
+        M = E[psi psi] (correlation rho_M > 0, even in K12); their gap is :func:`sum_gap`'s
         (every term >= 0; near rho = -1, where x/2 and psi point opposite ways, the cross term is O(1)).
         rho_M comes from logarithms, 1 - rho_M^2 = -expm1(-L_M),
 
@@ -610,7 +603,6 @@ def _dh(dz, z1, z0):
 def _gelu_gap(K1, K2, K12, gap):
     from sympy.codegen import cfunctions
 
-    from .calculus import _sum_gap
 
     # unevaluated: sympy's eval of atan2, exp, ... queries the signs of these large arguments (seconds)
     atan, atan2, cos, sin, sinh, exp, expm1, log1p = (
@@ -674,7 +666,7 @@ def _gelu_gap(K1, K2, K12, gap):
     # the outputs: L_i = K_i / 4, M_i = K_i mu_i; L1 M2 - L2 M1 = K1 K2 (mu2 - mu1) / 4
     mu1 = (atan(K1 / sp.sqrt(1 + 2 * K1)) + 2 * K1 / ((1 + K1) * sp.sqrt(1 + 2 * K1))) / two_pi
     mu2 = (atan(K2 / sp.sqrt(1 + 2 * K2)) + 2 * K2 / ((1 + K2) * sp.sqrt(1 + 2 * K2))) / two_pi
-    return _sum_gap(K1 / 4, K2 / 4, rho, s, K1 * mu1, K2 * mu2, rM, gM, skew=K1 * K2 * (d2 - d1) / (4 * two_pi))
+    return sum_gap(K1 / 4, K2 / 4, rho, s, K1 * mu1, K2 * mu2, rM, gM, skew=K1 * K2 * (d2 - d1) / (4 * two_pi))
 
 
 def _tilt(a, K):
@@ -912,10 +904,10 @@ def _check_user_expression(expr, info, name):
 
 def _recognise(expr, info):
     """The registered activation equal to ``expr``, or None."""
-    from .gaussian import _piece_at
+    from .gaussian import piece_at
 
     if info.cuts in ((), (0,)) and not expr.has(sp.exp, sp.log, sp.erf, sp.tanh):
-        right, left = _piece_at(info.expr, x, 1), _piece_at(info.expr, x, -1)
+        right, left = piece_at(info.expr, x, 1), piece_at(info.expr, x, -1)
         slopes = [sp.diff(e, x) for e in (right, left)]
         if all(sl.is_number for sl in slopes) and all(sp.simplify(e - sl * x) == 0
                                                       for e, sl in zip((right, left), slopes)):

@@ -50,7 +50,8 @@ import sympy as sp
 
 from . import symbols as S
 from ._validate import check_choice, check_real, is_number
-from .activations import Activation, activation as _make_activation, one_minus, one_minus_product
+from .activations import Activation, activation as _make_activation
+from .gap import one_minus, sum_gap
 
 __all__ = [
     "Signal",
@@ -152,7 +153,7 @@ class GramSignal:
     Near rho = +-1 the rounded K's know rho only to ~1e-16 absolute, while the
     arc-cosine kernels depend on theta = arccos(rho) ~ sqrt(2 (1 - rho)), so
     every rule that keeps the gap maps it without cancellation
-    (:func:`_sum_gap`, :meth:`normalised`, ``Activation.kernel_gap``).
+    (:func:`sum_gap`, :meth:`normalised`, ``Activation.kernel_gap``).
 
     centred : (Var z(x), Var z(x'), Cov(z(x), z(x'))) where the activation supplied them
     (``Activation.centred_kernel``: phi(0) != 0), None elsewhere. K_i - m_i^2 and K12 - m1 m2
@@ -218,31 +219,6 @@ class GramSignal:
             cen = (V1 / v1, V2 / v2, C12 / d)
         return self.to((self.K1 - c * self.m1**2) / v1, (self.K2 - c * self.m2**2) / v2, K12, self.T12 / d,
                        m1, m2, self.gaussian, gap, cen)
-
-
-def _sum_gap(A1, A2, rho_a, gap_a, B1, B2, rho_b, gap_b, skew=None):
-    r"""The gap 1 - rho^2 of the sum of two independent pair states A + B, without cancellation.
-
-    det(A + B) = det A + det B + (A1 B2 + A2 B1 - 2 A12 B12) for 2 x 2 second-moment matrices; per
-    O1 O2 (O_i = A_i + B_i), with a_i = A_i / O_i, b_i = B_i / O_i,
-
-        gap = a1 a2 gap_a + b1 b2 gap_b + (sqrt(a1 b2) - sqrt(b1 a2))^2 + 2 sqrt(a1 a2 b1 b2) (1 - rho_a rho_b),
-
-    every term >= 0, and 1 - rho_a rho_b = (1 - |rho_a|) + |rho_a| (1 - |rho_b|) from the gaps when
-    rho_a rho_b > 0. A Dense layer is sigma_w^2 K plus the bias sigma_b^2 (rho_b = 1, gap_b = 0), a
-    residual the branch plus mu^2 times the skip.
-
-    ``skew``: A1 B2 - A2 B1 where the caller has it without cancellation (GELU's two parts, whose ratio
-    B/A barely changes with the norm at large K); (sqrt(a1 b2) - sqrt(b1 a2))^2 is then taken as
-    (a1 b2 - a2 b1)^2 / (sqrt(a1 b2) + sqrt(b1 a2))^2.
-    """
-    O1, O2 = A1 + B1, A2 + B2
-    a1, a2, b1, b2 = A1 / O1, A2 / O2, B1 / O1, B2 / O2
-    cross = one_minus(rho_a, gap_a) if (rho_b, gap_b) == (1, 0) else one_minus_product(rho_a, gap_a, rho_b, gap_b)
-    # square roots per input (sqrt(a1) sqrt(b2), not sqrt(a1 b2)): vectors, not (n1, n2) arrays, over a Gram matrix
-    r1, r2, t1, t2 = sp.sqrt(a1), sp.sqrt(a2), sp.sqrt(b1), sp.sqrt(b2)
-    spread = (r1 * t2 - t1 * r2) ** 2 if skew is None else (skew / (O1 * O2)) ** 2 / (r1 * t2 + t1 * r2) ** 2
-    return a1 * a2 * gap_a + b1 * b2 * gap_b + spread + 2 * r1 * r2 * t1 * t2 * cross
 
 
 # ---------------------------------------------------------------------------
@@ -311,7 +287,7 @@ class Dense(Primitive):
         K12 = sw2 * g.K12 + sb2
         own = K12 if g.parameterization == "ntk" else g.width * g.K12 + 1
         # the bias is one number for both inputs: correlation 1, gap 0
-        gap = None if g.gap is None else _sum_gap(sw2 * g.K1, sw2 * g.K2, g.rho, g.gap, sb2, sb2, 1, 0)
+        gap = None if g.gap is None else sum_gap(sw2 * g.K1, sw2 * g.K2, g.rho, g.gap, sb2, sb2, 1, 0)
         return g.to(sw2 * g.K1 + sb2, sw2 * g.K2 + sb2, K12, own + sw2 * g.T12, gap=gap)
 
 
@@ -718,7 +694,7 @@ class Residual(Primitive):
         m2 = self.mu**2
         gap = None
         if out.gap is not None and g.gap is not None:
-            gap = _sum_gap(out.K1, out.K2, out.rho, out.gap, m2 * g.K1, m2 * g.K2, g.rho, g.gap)
+            gap = sum_gap(out.K1, out.K2, out.rho, out.gap, m2 * g.K1, m2 * g.K2, g.rho, g.gap)
         return g.to(out.K1 + m2 * g.K1, out.K2 + m2 * g.K2, out.K12 + m2 * g.K12, out.T12 + m2 * g.T12, gap=gap)
 
     def primitives(self):
@@ -867,14 +843,6 @@ class TreeSpec:
     def centres_features(self) -> bool:
         """True when a layer subtracts the mean over features (LayerNorm; the Mixer's channel LayerNorm)."""
         return any(isinstance(p, (LayerNormPre, LayerNormPost, LayerNorm)) for p in self.nodes())
-
-    @property
-    def needs_pair(self) -> bool:
-        """True when the pair covariance K12 feeds back into K or chi_J (read from the recursion)."""
-        from .symbolic import recursion
-
-        rec = recursion(self)
-        return rec.kernel.has(S.K12) or rec.chi_J.has(S.K12)
 
     def activations(self) -> tuple:
         """The distinct activations of the block, in order."""

@@ -31,7 +31,7 @@ E[phi'^2] of SiLU and GELU-tanh at K = 1e12..1e22).
 The even nodes form the rule with twice the step, which gives an error
 estimate for free: the base rule is accepted when it is below 1e-11 of
 E|f(h)| (its own error is then ~1e-16; 1e-8 had let a 2e-13 error through
-for SiLU' at K = 1e15, see _TOL_BASE_1D), else the step of every piece is
+for SiLU' at K = 1e15, see QUAD_TOL_BASE_1D), else the step of every piece is
 halved, up to 10 times (~250k nodes per piece), until two levels agree to
 1e-10 of E|f(h)|. The engine is one piece of source, ``QUAD1_SOURCE``:
 :func:`expect` runs it with numpy and :mod:`meanfield.numeric` pastes it
@@ -76,6 +76,7 @@ import numpy as np
 import sympy as sp
 import mpmath as mp
 
+from .stable_forms import softplus_numpy, stable_form
 from .symbols import x as _x
 
 __all__ = [
@@ -93,6 +94,12 @@ __all__ = [
     "mp_expect",
     "mp_expect2",
     "numpy_function",
+    "numeric_expectations",
+    "piece_at",
+    "quadrature_engine",
+    "QUAD_TOL_BASE",
+    "QUAD_TOL_BASE_1D",
+    "QUAD_TOL_REFINED",
 ]
 
 
@@ -131,8 +138,8 @@ RULE_W.setflags(write=False)
 #: in the cases measured in tests/test_gaussian.py). A refined
 #: level is accepted only when delta <= 1e-10, which bounds the error of the
 #: accepted value by ~1e-10 of E|f| even where convergence is slow.
-_TOL_BASE = 1e-8
-_TOL_REFINED = 1e-10
+QUAD_TOL_BASE = 1e-8
+QUAD_TOL_REFINED = 1e-10
 #: The one-point engine accepts its base rule only at delta <= 1e-11: for
 #: step-like integrands at large K (SiLU'^2, sigmoid^2, tanh^2 at K >= 1e8,
 #: whose structure at |h| ~ 1 is a tiny part of E|f|) the rule is not yet in
@@ -141,7 +148,7 @@ _TOL_REFINED = 1e-10
 #: halving brings it to <= 3e-16. Smooth integrands at moderate K have
 #: delta ~1e-12..1e-16 at the base rule and are unaffected. (The nested
 #: two-point engine keeps 1e-8 at both levels: there a halving costs 4x.)
-_TOL_BASE_1D = 1e-11
+QUAD_TOL_BASE_1D = 1e-11
 #: Two-point (nested) engine: the most halvings of the step at either level.
 #: Bounds the work per point to (2^3 x ~490 nodes)^2 ~ 1.5e7 evaluations per
 #: pair of pieces (the one-point bound, 10, nested in itself would be ~2.5e11:
@@ -437,7 +444,7 @@ def _quad1(s, cuts, F_, h0, es_lo, es_hi, ts_t, zmax, max_level, tol0, tol):
 
 
 @functools.lru_cache(maxsize=1)
-def _engine() -> dict:
+def quadrature_engine() -> dict:
     """The engine's functions (compiled from QUAD1_SOURCE on first use, not at import)."""
     namespace = {"np": np}
     exec(compile(QUAD1_SOURCE, "<meanfield.gaussian.QUAD1_SOURCE>", "exec"), namespace)
@@ -448,7 +455,7 @@ def _engine() -> dict:
 def quad_tables():
     """The base rule's node tables (es_tab, ts_tab) for the package's rule constants
     (read-only; the compiled engines take them as arguments)."""
-    es_tab, ts_tab = _engine()["_base_tables"](QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T)
+    es_tab, ts_tab = quadrature_engine()["_base_tables"](QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T)
     es_tab.setflags(write=False)
     ts_tab.setflags(write=False)
     return es_tab, ts_tab
@@ -468,9 +475,9 @@ def quad1(f, s, cuts=(), max_level=None):
         return v, np.abs(v), None
     level = QUAD_MAX_LEVEL if max_level is None else max_level
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        eng = _engine()
+        eng = quadrature_engine()
         return eng["_quad1"](float(s), eng["_scale_cuts"](cuts, float(s)), F_, QUAD_STEP, QUAD_ES_T[0],
-                             QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX, level, _TOL_BASE_1D, _TOL_REFINED)
+                             QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX, level, QUAD_TOL_BASE_1D, QUAD_TOL_REFINED)
 
 
 def _inner_batch(f, u, m, sd, cv):
@@ -483,7 +490,7 @@ def _inner_batch(f, u, m, sd, cv):
     Returns (value, scale, error) arrays: the outer level's integrand (error = the inner
     estimate times the scale where the inner level did not converge, else 0).
     """
-    eng = _engine()
+    eng = quadrature_engine()
     n = u.size
     val, scale, err = np.empty(n), np.empty(n), np.zeros(n)
     redo = []
@@ -531,7 +538,7 @@ def _inner_batch(f, u, m, sd, cv):
         diff = np.abs(t1 - t0)
         with np.errstate(invalid="ignore", divide="ignore"):
             delta = np.where(a1 > 0.0, diff / np.where(a1 > 0.0, a1, 1.0), diff)
-        done = np.isfinite(t1) & (delta <= _TOL_BASE)
+        done = np.isfinite(t1) & (delta <= QUAD_TOL_BASE)
         val[rows[done]], scale[rows[done]] = t1[done], a1[done]
         redo += list(rows[~done])
     for i in redo:
@@ -550,8 +557,8 @@ def interpreted_expect(f, cuts):
     evaluation of f for the base rule instead of ~500 scalar calls. NaN where
     K is not >= 0 or the rule did not converge, as the compiled function.
     """
-    q, scale_cuts = _engine()["_quad1"], _engine()["_scale_cuts"]
-    rule = (QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX, QUAD_MAX_LEVEL, _TOL_BASE_1D, _TOL_REFINED)
+    q, scale_cuts = quadrature_engine()["_quad1"], quadrature_engine()["_scale_cuts"]
+    rule = (QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX, QUAD_MAX_LEVEL, QUAD_TOL_BASE_1D, QUAD_TOL_REFINED)
     sqrt, nan = np.sqrt, np.nan
 
     def F_(h):
@@ -590,8 +597,8 @@ def interpreted_expect2(f, cu, cv):
     :func:`expect2` (all inner integrals of an outer level at once, :func:`_inner_batch`).
     ``f``: the numpy twin of the integrand; ``cu``, ``cv``: its breakpoints in u and in v
     (``cv`` with 0, as the compiled module's). NaN where the compiled function gives NaN."""
-    q = _engine()["_quad1"]
-    rule = (QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX, QUAD_MAX_LEVEL_2D, _TOL_BASE, _TOL_REFINED)
+    q = quadrature_engine()["_quad1"]
+    rule = (QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T, QUAD_ZMAX, QUAD_MAX_LEVEL_2D, QUAD_TOL_BASE, QUAD_TOL_REFINED)
     sqrt, nan = np.sqrt, np.nan
 
     @functools.lru_cache(maxsize=1024)
@@ -624,11 +631,6 @@ def _not_converged(what, n):
                   RuntimeWarning, stacklevel=3)
 
 
-def _softplus_np(a):
-    # log(1 + exp(a)) without overflow (numeric._stable's helper, as in the generated modules)
-    return np.maximum(a, 0.0) + np.log1p(np.exp(-np.abs(a)))
-
-
 def numpy_function(f):
     """A vectorised float64 numpy function of a sympy ``Lambda`` (or of an expression in x).
 
@@ -639,12 +641,10 @@ def numpy_function(f):
     whole range the rule samples (|h| up to ~20 sqrt(K)). An entry that is
     not real even in mpmath (a log of a negative number, say) stays NaN.
     """
-    from .numeric import _stable  # the rewrite the compiled integrands use (softplus, merged exponentials)
-
     f = _as_lambda(f, 1)
     variables = f.variables
     # overflow-free where a rewrite exists, so mpmath (~1e4 times slower) is only the last resort
-    fast = sp.lambdify(variables, _stable(f.expr), modules=[{"_softplus": _softplus_np}, "numpy", "scipy"])
+    fast = sp.lambdify(variables, stable_form(f.expr), modules=[{"_softplus": softplus_numpy}, "numpy", "scipy"])
     slow = None
 
     def g(*arrays):
@@ -781,8 +781,8 @@ def expect2(f, K1, K2, K12, cuts=((), ())):
         # against E|E[f | u]|, which vanishes where f cancels given u (E[phi(u) phi(v)]
         # at zero correlation with E[phi] = 0): refining against that never converged
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-            val, _, _, ok = _engine()["_quad1"](s1, cu, outer, QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T,
-                                                QUAD_ZMAX, QUAD_MAX_LEVEL_2D, _TOL_BASE, _TOL_REFINED)
+            val, _, _, ok = quadrature_engine()["_quad1"](s1, cu, outer, QUAD_STEP, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T,
+                                                QUAD_ZMAX, QUAD_MAX_LEVEL_2D, QUAD_TOL_BASE, QUAD_TOL_REFINED)
         out[idx] = val
         failed += not ok and np.isfinite(val)
     if failed:
@@ -844,13 +844,13 @@ def _roots(d, var, expr):
                      f"solutions {sol}); use finitely many kinks given by polynomial conditions")
 
 
-def _piece_at(pw, var, t):
+def piece_at(pw, var, t):
     """The expression of the piece of ``pw`` active at the number ``t``."""
     if not isinstance(pw, sp.Piecewise):
         return pw
     for e, cond in pw.args:
         if bool(cond.subs(var, t)):
-            return _piece_at(e, var, t)
+            return piece_at(e, var, t)
     return sp.nan
 
 
@@ -887,8 +887,8 @@ def pieces(f: sp.Lambda) -> Pieces:
         hi = (cuts[i + 1] + c) / 2 if i + 1 < len(cuts) else c + 1
         jumps = []
         for g in (expr, d1):
-            right = _one_sided(_piece_at(g, var, hi), var, c, hi)
-            left = _one_sided(_piece_at(g, var, lo), var, c, lo)
+            right = _one_sided(piece_at(g, var, hi), var, c, hi)
+            left = _one_sided(piece_at(g, var, lo), var, c, lo)
             jumps.append(sp.simplify(right - left))
         j0.append(jumps[0])
         j1.append(jumps[1])
@@ -1148,3 +1148,42 @@ class GaussianExpectation2(sp.Function):
         body = printer._print(f.expr.subs({a: sp.Symbol("u"), b: sp.Symbol("v")}))
         return r"\mathbb{E}_{(u,v)\sim\mathcal{N}(0,[%s,%s;%s])}\left[%s\right]" % (
             printer._print(K1), printer._print(K12), printer._print(K2), body)
+
+
+def numeric_expectations(exprs):
+    """Replace every Gaussian expectation in ``exprs`` by a call to a numeric function.
+
+    Returns (exprs', namespace): each distinct ``GaussianExpectation(Lambda, K)``
+    becomes ``_mf_E<i>(K)`` (and two-point ones ``_mf_E<i>(K1, K2, K12)``),
+    and ``namespace`` maps those names to the exp-sinh quadrature of
+    :func:`meanfield.gaussian.expect` / :func:`~meanfield.gaussian.expect2`
+    of the integrand, compiled once by :func:`~meanfield.gaussian.numpy_function`.
+    Nested expectations (an expectation whose variance contains another) are
+    replaced inside out.
+    """
+    namespace = {}
+    names = {}
+
+    def numeric(node):
+        lam, *kargs = node.args
+        key = (type(node), lam)
+        if key not in names:
+            extra = lam.expr.free_symbols - set(lam.variables)
+            if extra:
+                raise ValueError(f"cannot evaluate {node}: its integrand depends on {sorted(map(str, extra))}")
+            name = f"_mf_E{len(names)}"
+            g = numpy_function(lam)
+            if isinstance(node, GaussianExpectation2):
+                cuts = two_point_cuts(lam)
+                namespace[name] = lambda K1, K2, K12, g=g, cuts=cuts: expect2(g, K1, K2, K12, cuts)
+            else:
+                cuts = pieces(lam).float_cuts
+                namespace[name] = lambda K, g=g, cuts=cuts: expect(g, K, cuts)
+            names[key] = sp.Function(name)
+        return names[key](*kargs)
+
+    def is_expectation(e):
+        return isinstance(e, (GaussianExpectation, GaussianExpectation2))
+
+    out = [sp.sympify(e).replace(is_expectation, numeric) for e in exprs]
+    return out, namespace

@@ -294,7 +294,7 @@ def _values(spec) -> tuple:
 
 def _lambdify(args, exprs):
     from .gaussian import GaussianExpectation2
-    from .symbolic import _numeric_expectations
+    from .gaussian import numeric_expectations
 
     exprs = [_safe(e) for e in exprs]
     vectorised = {}
@@ -304,7 +304,7 @@ def _lambdify(args, exprs):
         from ._gram_quadrature import vectorise_expectations
 
         exprs, vectorised = vectorise_expectations(exprs)
-    exprs, namespace = _numeric_expectations(exprs)
+    exprs, namespace = numeric_expectations(exprs)
     namespace.update(vectorised)
     namespace.update(_mf_corr=_corr, _mf_acos=lambda a: np.arccos(_clip1(a)), _mf_asin=lambda a: np.arcsin(_clip1(a)),
                      _mf_sqrt=_sqrt0, _mf_one_minus=_one_minus, _mf_one_minus2=_one_minus2,

@@ -144,11 +144,11 @@ def _sum_gap_fn():
     if _SUM_GAP is None:
         import sympy as sp
 
-        from .calculus import _sum_gap
+        from .gap import sum_gap
         from .gram import _lambdify
 
         A1, A2, A12, gA, B1, B2, B12, gB = syms = sp.symbols("A1 A2 A12 gA B1 B2 B12 gB")
-        e = _sum_gap(A1, A2, A12 / sp.sqrt(A1 * A2), gA, B1, B2, B12 / sp.sqrt(B1 * B2), gB)
+        e = sum_gap(A1, A2, A12 / sp.sqrt(A1 * A2), gA, B1, B2, B12 / sp.sqrt(B1 * B2), gB)
         f = _lambdify(syms, [e])
         _SUM_GAP = lambda *a: f(*a)[0]   # noqa: E731
     return _SUM_GAP

@@ -73,20 +73,20 @@ from pathlib import Path
 
 import numpy as np
 import sympy as sp
-from sympy.codegen.cfunctions import expm1 as _expm1, log1p as _log1p
 from sympy.core.function import AppliedUndef
 from sympy.printing.numpy import SciPyPrinter
 from sympy.printing.pycode import PythonCodePrinter
 
 from . import symbols as S
 from .calculus import Architecture, as_architecture
+from .stable_forms import stable_form
 from .gaussian import (GaussianExpectation, GaussianExpectation2, QUAD1_SOURCE, QUAD_ES_T, QUAD_MAX_LEVEL,
-                       QUAD_MAX_LEVEL_2D, QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, _TOL_BASE, _TOL_BASE_1D,
-                       _TOL_REFINED, pieces, two_point_cuts)
+                       QUAD_MAX_LEVEL_2D, QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, QUAD_TOL_BASE, QUAD_TOL_BASE_1D,
+                       QUAD_TOL_REFINED, pieces, two_point_cuts)
 from .symbolic import recursion
 
 __all__ = ["W", "T", "ARGS", "FUNCTIONS", "CompiledRecursion", "compiled", "generate_source",
-           "cache_dir", "quiet_numba"]
+           "cache_dir", "cache_key", "quiet_numba"]
 
 #: sigma_w**2 and sigma_b**2: the compiled functions take variances.
 W, T = sp.symbols("W T")
@@ -219,7 +219,7 @@ class _Gen:
         printing of some function (the interpreted engine then calls the scalar body)."""
         sub = {v: sp.Symbol(f"_v{i}") for i, v in enumerate(variables)}
         try:
-            code = self.numpy_printer.doprint(_stable(sp.sympify(expr).subs(sub)))
+            code = self.numpy_printer.doprint(stable_form(sp.sympify(expr).subs(sub)))
         except Exception:  # sympy printer errors have no common base class
             return False
         if ("Not supported" in code or "\n" in code or "math." in code
@@ -233,7 +233,7 @@ class _Gen:
 
     def _body(self, name, variables, expr):
         sub = {v: sp.Symbol(f"_v{i}") for i, v in enumerate(variables)}
-        code = self.doprint(_stable(sp.sympify(expr).subs(sub)))
+        code = self.doprint(stable_form(sp.sympify(expr).subs(sub)))
         self.lines += [f"@{_JIT}", f"def {name}({', '.join(str(s) for s in sub.values())}):",
                        f"    return {code}", ""]
 
@@ -267,9 +267,9 @@ class _Gen:
         return src.replace("F_(", integrand).strip()
 
     @staticmethod
-    def _rule(max_level, tol_base=_TOL_BASE):
+    def _rule(max_level, tol_base=QUAD_TOL_BASE):
         return (f"{QUAD_STEP!r}, {QUAD_ES_T[0]!r}, {QUAD_ES_T[1]!r}, {QUAD_TS_T!r}, {QUAD_ZMAX!r}, "
-                f"{max_level!r}, {tol_base!r}, {_TOL_REFINED!r}, _ES_TAB, _TS_TAB")
+                f"{max_level!r}, {tol_base!r}, {QUAD_TOL_REFINED!r}, _ES_TAB, _TS_TAB")
 
     def quad1(self, f: sp.Lambda) -> str:
         """E[f(h)], h ~ N(0, K), compiled: the engine of :func:`meanfield.gaussian.expect`
@@ -305,7 +305,7 @@ class _Gen:
                 "        return math.nan",
                 "    s = math.sqrt(K)",
                 f"    val, scale, delta, ok = _quad1_{i}(s, _scale_cuts(_CUTS_{i}, s), "
-                f"{self._rule(QUAD_MAX_LEVEL, _TOL_BASE_1D)})",
+                f"{self._rule(QUAD_MAX_LEVEL, QUAD_TOL_BASE_1D)})",
                 "    # not converged at the finest level: NaN, which the solvers report",
                 "    return val if ok else math.nan",
                 "",
@@ -437,67 +437,6 @@ def _nested_source(suffix: str, integrand: str, jit: str) -> str:
     return "\n".join(lines)
 
 
-_softplus = sp.Function("_softplus")
-
-
-def _stable(expr):
-    """Rewrite ``expr`` so that float64 evaluation does not overflow where the value is finite.
-
-    log(1 + exp(a)) becomes the softplus helper, (1 + exp(a))^n becomes
-    exp(n softplus(a)), and products of exponentials are merged into one,
-    so softplus, SiLU and their derivatives stay finite at |h| ~ 1e3 - 1e4,
-    where large K puts the quadrature nodes (the numpy path recomputes such
-    values with mpmath instead; see meanfield.gaussian.numpy_function).
-    Then c exp(a) - c becomes c expm1(a) and log(1 + a) log1p(a), so that
-    ELU-like activations keep their digits at |h| ~ 1e-8, where small K puts
-    the nodes.
-    """
-    def one_plus_exp(e):
-        if isinstance(e, sp.Add) and len(e.args) == 2 and sp.S.One in e.args:
-            other = e.args[0] if e.args[1] == 1 else e.args[1]
-            if isinstance(other, sp.exp):
-                return other.args[0]
-        return None
-
-    def rule(e):
-        if isinstance(e, sp.log):
-            a = one_plus_exp(e.args[0])
-            if a is not None:
-                return _softplus(a)
-        if isinstance(e, sp.Pow):
-            a = one_plus_exp(e.base)
-            if a is not None:
-                return sp.exp(e.exp * _softplus(a))
-        return e
-
-    if not expr.has(sp.exp, sp.log):
-        return expr
-    out = expr.replace(lambda e: isinstance(e, (sp.log, sp.Pow)), rule)
-    # deep: the exponentials to merge may sit inside a power, e.g. (x exp(-x) exp(-2 softplus(-x)) + ...)^2
-    # in SiLU's phi'^2, where inf * 0 = NaN at x = -800 otherwise
-    out = sp.powsimp(out, combine="exp", deep=True)
-    # exp(a) - 1 (ELU, SELU) as expm1(a) and log(1 + a) as log1p(a): the plain forms lose every digit
-    # of a at |a| ~ 1e-16, where small K puts the nodes (ELU's Gram diagonal was 2.6e-10 off at K = 1e-7).
-    # Node by node: sympy's codegen optimize() refactors the whole tree, and it split the merged
-    # exponentials of SiLU's derivative again (exp(800) * exp(-800) = inf * 0).
-    return out.replace(lambda e: isinstance(e, (sp.Add, sp.log)), _to_expm1_log1p)
-
-
-def _to_expm1_log1p(e):
-    """c exp(a) - c + rest -> c expm1(a) + rest; log(1 + a) -> log1p(a); anything else unchanged."""
-    if isinstance(e, sp.log):
-        const, rest = e.args[0].as_coeff_Add()
-        return _log1p(rest) if const == 1 and rest != 0 else e
-    const, rest = e.as_coeff_Add()
-    if const == 0:
-        return e
-    for term in sp.Add.make_args(rest):
-        c, m = term.as_coeff_Mul()
-        if isinstance(m, sp.exp) and c == -const:
-            return c * _expm1(m.args[0]) + (rest - term)
-    return e
-
-
 def _rule_digest() -> str:
     h = hashlib.sha256()
     h.update(np.ascontiguousarray(RULE_U).tobytes())
@@ -572,7 +511,7 @@ def cache_dir() -> Path:
 
 
 _LOCK = threading.Lock()
-_KEY_SOURCES = ("_fnindex.py", "symbols.py", "activations.py", "gaussian.py", "calculus.py", "symbolic.py", "numeric.py")
+_KEY_SOURCES = ("_fnindex.py", "symbols.py", "activations.py", "gap.py", "gaussian.py", "stable_forms.py", "calculus.py", "symbolic.py", "numeric.py")
 
 
 @lru_cache(maxsize=1)
@@ -598,7 +537,7 @@ def _sources_digest() -> str:
     return h.hexdigest()
 
 
-def _key(arch: Architecture) -> str:
+def cache_key(arch: Architecture) -> str:
     """Cache key of an architecture's generated module: everything its source depends on
     (the architecture's spec, the sources of the symbolic layer, numba and Python versions),
     computed without deriving the recursion."""
@@ -622,7 +561,7 @@ def _canonical(arch: Architecture) -> Architecture:
 
 def _source_path(arch: Architecture) -> Path:
     """The generated module of a canonical architecture on disk (written now if it is not there)."""
-    modname = f"meanfield_expr_{_key(arch)}"
+    modname = f"meanfield_expr_{cache_key(arch)}"
     path = cache_dir() / f"{modname}.py"
     if not path.exists():
         source = generate_source(arch)
@@ -639,15 +578,14 @@ def _load(arch: Architecture, path: Path):
         return sys.modules[modname]
     if not any(path.parent.glob(f"__pycache__/{modname}*.nbi")):
         from . import _kernels
-        from ._cache import _NOTICED, compile_notice
+        from ._cache import compile_notice
 
         names = ", ".join(phi.name for phi in arch.activations())
         what = f"the {names} recursion" + ("" if str(arch) == names else f" ({arch})")
         from ._cache import kernels_cold
 
         if kernels_cold(_kernels):  # say it once: both compile now
-            compile_notice(f"{what} and the solver kernels", "20-60 s")
-            _NOTICED.add("the solver kernels")
+            compile_notice(f"{what} and the solver kernels", "20-60 s", covers=("the solver kernels",))
         else:
             compile_notice(what)
     spec = importlib.util.spec_from_file_location(modname, path)

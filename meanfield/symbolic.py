@@ -26,7 +26,7 @@ import sympy as sp
 from . import symbols as S
 from ._validate import check_finite_array, check_nonnegative, check_positive, check_real
 from .calculus import Architecture, Signal, as_architecture
-from .gaussian import GaussianExpectation, GaussianExpectation2, expect, expect2, numpy_function, pieces, two_point_cuts
+from .gaussian import numeric_expectations
 
 __all__ = ["Recursion", "RecursionValues", "KernelSeries", "recursion", "lambdify"]
 
@@ -327,45 +327,6 @@ def recursion(arch=None, **kwargs) -> Recursion:
 # ---------------------------------------------------------------------------
 # Numeric evaluation.
 # ---------------------------------------------------------------------------
-def _numeric_expectations(exprs):
-    """Replace every Gaussian expectation in ``exprs`` by a call to a numeric function.
-
-    Returns (exprs', namespace): each distinct ``GaussianExpectation(Lambda, K)``
-    becomes ``_mf_E<i>(K)`` (and two-point ones ``_mf_E<i>(K1, K2, K12)``),
-    and ``namespace`` maps those names to the exp-sinh quadrature of
-    :func:`meanfield.gaussian.expect` / :func:`~meanfield.gaussian.expect2`
-    of the integrand, compiled once by :func:`~meanfield.gaussian.numpy_function`.
-    Nested expectations (an expectation whose variance contains another) are
-    replaced inside out.
-    """
-    namespace = {}
-    names = {}
-
-    def numeric(node):
-        lam, *kargs = node.args
-        key = (type(node), lam)
-        if key not in names:
-            extra = lam.expr.free_symbols - set(lam.variables)
-            if extra:
-                raise ValueError(f"cannot evaluate {node}: its integrand depends on {sorted(map(str, extra))}")
-            name = f"_mf_E{len(names)}"
-            g = numpy_function(lam)
-            if isinstance(node, GaussianExpectation2):
-                cuts = two_point_cuts(lam)
-                namespace[name] = lambda K1, K2, K12, g=g, cuts=cuts: expect2(g, K1, K2, K12, cuts)
-            else:
-                cuts = pieces(lam).float_cuts
-                namespace[name] = lambda K, g=g, cuts=cuts: expect(g, K, cuts)
-            names[key] = sp.Function(name)
-        return names[key](*kargs)
-
-    def is_expectation(e):
-        return isinstance(e, (GaussianExpectation, GaussianExpectation2))
-
-    out = [sp.sympify(e).replace(is_expectation, numeric) for e in exprs]
-    return out, namespace
-
-
 def lambdify(args, expr):
     """A numpy function of ``args`` computing ``expr`` (float64, broadcasting).
 
@@ -376,7 +337,7 @@ def lambdify(args, expr):
     """
     args = [getattr(S, a) if isinstance(a, str) else a for a in args]
     several = isinstance(expr, (list, tuple))
-    exprs, namespace = _numeric_expectations(list(expr) if several else [expr])
+    exprs, namespace = numeric_expectations(list(expr) if several else [expr])
     raw = sp.lambdify(args, exprs, modules=[namespace, "numpy", "scipy"])
 
     def evaluate(*values):

@@ -357,7 +357,7 @@ def test_fallback_one_point(name):
 @pytest.mark.parametrize("K0", [1e3, 1e5])
 def test_compiled_recursion_at_large_K(name, K0):
     # the generated numba module rewrites exp/log forms so float64 does not overflow where
-    # the value is finite (numeric._stable); SiLU's phi'^2 once left exp(800) * exp(-1600)
+    # the value is finite (stable_forms.stable_form); SiLU's phi'^2 once left exp(800) * exp(-1600)
     # = inf * 0 inside a square and returned NaN from K ~ 1e3 on. Reference: mpmath, 30 digits.
     act, ref = FALLBACK[name]
     sw, sb = 1.3, 0.2

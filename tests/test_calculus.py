@@ -147,7 +147,7 @@ def test_architecture_fields_and_structure():
     b = Architecture(activation="gelu", norm="ln_pre", mu=0.5)
     assert b.residual and b.parameters() == {mu: 0.5} and str(b) == "gelu + ln_pre + mu=0.5"
     assert Architecture(norm=None).norm == "none"
-    assert Architecture(norm="bn").needs_pair and not b.needs_pair
+    assert len(mf.recursion(Architecture(norm="bn")).state) == 2 and len(mf.recursion(b).state) == 1
     r = Architecture(activation="gelu", block="resmlp")
     assert r.mu == 1.0 and r.parameters() == {mu: 1.0, eps: 0.1} and str(r) == "resmlp + gelu + mu=1 + eps=0.1"
     assert Architecture(block="mixer").mu == 1.0

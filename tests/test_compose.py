@@ -53,7 +53,8 @@ def test_menu_equals_composed_tree(kw, build):
     assert net.pair_axis == arch.pair_axis
     assert net.couples_batch == (kw.get("norm") == "bn")
     assert net.has_tokens == (kw.get("block", "mlp") != "mlp")
-    assert net.needs_pair == (kw.get("norm") == "bn" or kw.get("block") == "mixer")
+    # K12 feeds back into K or chi_J exactly for BatchNorm and the Mixer's channel LayerNorm
+    assert (len(mf.recursion(net).state) == 2) == (kw.get("norm") == "bn" or kw.get("block") == "mixer")
 
 
 @pytest.mark.slow

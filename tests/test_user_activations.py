@@ -262,7 +262,7 @@ def test_numba_and_numpy_engines_agree():
         ns[name] = njit(ns[name])
     scalar = njit(ns["_quad1_scalar"])
     consts = (G.QUAD_STEP, G.QUAD_ES_T[0], G.QUAD_ES_T[1], G.QUAD_TS_T, G.QUAD_ZMAX, G.QUAD_MAX_LEVEL,
-              G._TOL_BASE, G._TOL_REFINED)
+              G.QUAD_TOL_BASE, G.QUAD_TOL_REFINED)
     cases = [
         (njit(lambda h: np.tanh(h) ** 2), lambda h: np.tanh(h) ** 2, []),
         (njit(lambda h: max(h - 1.0, 0.0) ** 2), lambda h: np.maximum(h - 1.0, 0.0) ** 2, [1.0]),

@@ -56,9 +56,9 @@ _LAST = (None, None)
 
 
 def _prepare(arch):
-    from ..numeric import _compiled
+    from ..numeric import compiled
 
-    return arch, _compiled(arch)
+    return arch, compiled(arch)
 
 
 @lru_cache(maxsize=256)

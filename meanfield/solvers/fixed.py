@@ -22,7 +22,7 @@ from .._serialize import Result
 from ..calculus import Architecture
 from ._common import (DEFAULT_MAXITER, MAX_PROFILE_DEPTH, ST_INF, ST_NAN, ST_OK, ST_UNDEFINED, as_output, prepare,
                       raise_for_status, variances)
-from .._validate import _as_float_array, broadcast_named, check_finite_array, check_int, check_nonnegative
+from .._validate import as_float_array, broadcast_named, check_finite_array, check_int, check_nonnegative
 
 __all__ = ["KernelProfile", "KernelOverflowWarning", "kernel_profile", "fixed_point", "chi_J", "chi_K", "FixedPointState",
            "fixed_point_state"]
@@ -122,7 +122,7 @@ def _residual_strengths(arch, arch_kwargs):
     mu = arch_kwargs.get("mu")
     if mu is None or np.ndim(mu) == 0:
         return arch, arch_kwargs, None
-    mu = _as_float_array("mu", mu)
+    mu = as_float_array("mu", mu)
     if not np.all(np.isfinite(mu) & (mu >= 0) & (mu <= 1)):
         raise ValueError(f"mu must be in [0, 1] (the residual strength; finite), got {arch_kwargs['mu']!r}")
     kw = {k: v for k, v in arch_kwargs.items() if k != "mu"}

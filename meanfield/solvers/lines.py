@@ -540,10 +540,10 @@ _SERIES_FORMAT = 1
 
 def _derivatives_path(arch, order):
     """The on-disk cache of :func:`_derivatives` (None where the architecture has no module key)."""
-    from ..numeric import _key, cache_dir
+    from ..numeric import cache_dir, cache_key
 
     try:
-        return cache_dir() / f"meanfield_expr_{_key(arch)}.series{int(order)}-v{_SERIES_FORMAT}.json"
+        return cache_dir() / f"meanfield_expr_{cache_key(arch)}.series{int(order)}-v{_SERIES_FORMAT}.json"
     except Exception:  # a cache is an optimisation: derive without it
         return None
 
