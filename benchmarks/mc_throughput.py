@@ -96,7 +96,7 @@ def components(I, P, N, n=5):
     y = torch.randn(I, P, 1, 1, 1, N)
     scale, sb, g = torch.rand(1, P, 1, 1, 1, 1) + 0.5, torch.rand(1, P, 1, 1, 1), torch.randn(I, 1, 1, 1, N)
 
-    def epilogue():  # what RDense and RActivation do after the product (networks.py)
+    def epilogue():  # what Dense and ActivationLayer.torch_forward did after the product (layers/)
         y.mul_(scale)
         y[:, :, 0] += sb * g
         return torch.erf(y)
@@ -107,7 +107,7 @@ def components(I, P, N, n=5):
     yn, scn, sbn, gn = (y.numpy().reshape(I, P, 1, 1, N), scale.numpy().reshape(P), sb.numpy().reshape(P),
                         g.numpy().reshape(I, N))
 
-    def fused():  # what RDense and RActivation do now (torch/_fused.py): one affine pass, then erf32
+    def fused():  # what they do now (torch/_fused.py): one affine pass, then erf32
         affine_(yn, scn, sbn, gn)
         return erf32(yn)
 
@@ -142,18 +142,18 @@ def main(argv=None):
                   input_dim=N0)  # warm-up (allocator, threads, compiled kernels)
     load0 = os.getloadavg()[0]
     mm0, bmm0 = peak(n_init, P, width)
-    from meanfield.torch import networks
+    from meanfield.torch import context
 
     # interleaved: the pass with the fused Dense epilogue (the default) and with torch's three operations
     times, cpus, times_t, cpus_t = [], [], [], []
     for _ in range(a.repeat):
         for fused, tl, cl in ((True, times, cpus), (False, times_t, cpus_t)):
-            networks.FUSED_EPILOGUE = networks.FAST_ERF = fused
+            context.FUSED_EPILOGUE = context.FAST_ERF = fused
             t0, c0 = time.perf_counter(), time.process_time()
             run()
             tl.append(time.perf_counter() - t0)
             cl.append(time.process_time() - c0)
-    networks.FUSED_EPILOGUE = networks.FAST_ERF = True
+    context.FUSED_EPILOGUE = context.FAST_ERF = True
     mm1, bmm1 = peak(n_init, P, width)
     comp = components(n_init, P, width)
     load1 = os.getloadavg()[0]

@@ -13,9 +13,10 @@ imports sympy, numpy and the rest only when a name that needs them is first used
 #: public name -> the submodule that defines it (the solvers' names come from meanfield.solvers.__all__)
 _EXPORTS = {
     **dict.fromkeys(("Activation", "activation", "available_activations"), "activations"),
-    **dict.fromkeys(("Architecture", "as_architecture", "Network", "act", "batch_norm", "dense", "from_json",
-                     "layer_norm", "mixer", "mlp", "resmlp", "residual", "rms_norm", "scale", "serial",
-                     "to_json"), "calculus"),
+    **dict.fromkeys(("Architecture", "as_architecture", "Network", "from_json", "to_json"), "calculus"),
+    # the composition API: one module per primitive family (meanfield/layers/)
+    **dict.fromkeys(("act", "batch_norm", "dense", "layer_norm", "mixer", "mlp", "resmlp", "residual", "rms_norm",
+                     "scale", "serial"), "layers"),
     **dict.fromkeys(("Recursion", "recursion"), "symbolic"),
     # NNGP / NTK Gram matrices on real inputs (numpy; the recursion is compiled on first use)
     **dict.fromkeys(("Kernels", "kernels"), "gram"),

@@ -112,7 +112,7 @@ rho only to ~1e-16 absolute, while the arc-cosine kernels depend on
 theta ~ sqrt(2 (1 - rho)); so the pairs with 1 - rho^2 < 1e-3 go through the
 block map that also carries their gap 1 - rho^2 exactly
 (:class:`~meanfield.calculus.GramSignal` ``gap``: from the input rows by
-projection, then every rule's cancellation-free update, ``calculus._sum_gap``
+projection, then every rule's cancellation-free update, ``gap.sum_gap``
 for Dense and residual, ``Activation.kernel_gap`` for the ReLU family, erf and
 GELU, the centred gap for LayerNorm), with K12 taken from the gap. Blocks with an
 activation that has no gap map (the quadrature activations) use (K1, K2,
@@ -323,14 +323,14 @@ def _compile_layers(layers: tuple, vals: tuple, parameterization: str, with_ntk:
     ``f(K1, K2, K12, Theta12, gap12, sigma_w, sigma_b, width) -> [K12', (Theta12',) gap12']``, the last
     entry missing (``f.carries_gap`` False) where a rule of the block has no exact gap map.
     """
-    from .calculus import GramSignal, _short
+    from .layers import GramSignal, short
 
     out = GramSignal(_K1, _K2, _K12, _T12, parameterization=parameterization, width=_WIDTH,
                      gap=_GAP if gap else None)
     for p in layers:
         out = p.gram(out)
     if boundary and not (out.gaussian and out.m1 == 0 and out.m2 == 0):
-        raise ValueError(f"{', '.join(_short(p) for p in layers)} ends in a non-Gaussian signal next to a "
+        raise ValueError(f"{', '.join(short(p) for p in layers)} ends in a non-Gaussian signal next to a "
                          "batch_norm() or a residual around one; Gram matrices need a dense layer there")
     vals = dict(vals)
     exprs = [sp.sympify(out.K12).subs(vals)] + ([sp.sympify(out.T12).subs(vals)] if with_ntk else [])
@@ -348,7 +348,7 @@ _B1, _B2, _B12, _BT12 = sp.symbols("B1 B2 B12 BTheta12")
 @functools.lru_cache(maxsize=32)
 def _compile_combine(node, vals: tuple, with_ntk: bool):
     """A Residual's combination rule (``Residual.combine``) of branch (B..) and skip (K..) states, compiled."""
-    from .calculus import GramSignal
+    from .layers import GramSignal
 
     out = node.combine(GramSignal(_B1, _B2, _B12, _BT12), GramSignal(_K1, _K2, _K12, _T12))
     vals = dict(vals)
@@ -362,7 +362,7 @@ _GB, _GK = sp.symbols("gapB gapK")
 @functools.lru_cache(maxsize=32)
 def _compile_combine_gap(node, vals: tuple):
     """The gap of a Residual's combination (``Residual.combine``) of branch and skip states, compiled."""
-    from .calculus import GramSignal
+    from .layers import GramSignal
 
     out = node.combine(GramSignal(_B1, _B2, _B12, _BT12, gap=_GB), GramSignal(_K1, _K2, _K12, _T12, gap=_GK))
     return _lambdify((_K1, _K2, _K12, _GK, _B1, _B2, _B12, _GB), [sp.sympify(out.gap).subs(dict(vals))])
@@ -381,7 +381,7 @@ def _compiled(spec, parameterization: str, with_ntk: bool, gap: bool = False):
 
 
 def _couples(node) -> bool:
-    from .calculus import BatchNorm
+    from .layers import BatchNorm
 
     return any(isinstance(p, BatchNorm) for p in node.primitives())
 
@@ -458,7 +458,7 @@ class _BatchWalk:
         return S
 
     def walk(self, node, K, T):
-        from .calculus import BatchNorm, Chain, Residual, _short
+        from .layers import BatchNorm, Chain, Residual, short
 
         if not _couples(node):
             return self.pair((node,), K, T)
@@ -503,7 +503,7 @@ class _BatchWalk:
             d, db = np.diag(K).copy(), np.diag(Kb).copy()
             outs = f(d[:, None], d[None, :], K, self._zero(T), db[:, None], db[None, :], Kb, self._zero(Tb))
             return _full(outs[0], K.shape), (_full(outs[1], K.shape) if self.ntk else None)
-        raise ValueError(f"{_short(node)} holds a batch_norm() and has no batch-level Gram rule")
+        raise ValueError(f"{short(node)} holds a batch_norm() and has no batch-level Gram rule")
 
 
 def gram_map(arch, parameterization: str = "ntk", ntk: bool = True):
@@ -699,8 +699,8 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     C, T = pin(C, Ka), pin(np.array(T), Ta)
     def input_layer_gap():
         # the pairs' gap 1 - rho^2 after the input layer, exact from the rows as given: the input Dense
-        # layer's own gap rule (calculus._sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap
-        from .calculus import Dense
+        # layer's own gap rule (gap.sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap
+        from .layers import Dense
 
         f_in = _cached(_compile_layers, (Dense(),), (), parameterization, False, False, True)
         with np.errstate(all="ignore"):

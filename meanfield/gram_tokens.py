@@ -93,7 +93,7 @@ and the measurements behind them: docs/gram.md, "ResMLP and MLP-Mixer".
 Near-parallel pairs: when two tokens of the input are near (anti)parallel, the
 walk also carries the gap 1 - rho^2 of A's entries (``_State.G``), exactly, as
 the MLP Gram matrices do: every ResMLP rule is a sum or a rescaling
-(``calculus._sum_gap``; the token dense layer's mean folds its T pair states
+(``gap.sum_gap``; the token dense layer's mean folds its T pair states
 two at a time) or an activation's gap map. A channel LayerNorm keeps it only
 where B = 0 (it subtracts B: a cancellation), so the Mixer with a bias or
 E[phi] != 0 loses it and its NTK of an equal-norm ReLU pair is right to
@@ -139,7 +139,7 @@ class _State:
 
 
 def _sum_gap_fn():
-    """``calculus._sum_gap`` compiled: (A1, A2, A12, gap_A, B1, B2, B12, gap_B) -> the gap of A + B."""
+    """``gap.sum_gap`` compiled: (A1, A2, A12, gap_A, B1, B2, B12, gap_B) -> the gap of A + B."""
     global _SUM_GAP
     if _SUM_GAP is None:
         import sympy as sp
@@ -219,8 +219,8 @@ class _Walk:
         return float(v)
 
     def walk(self, node, s: _State) -> _State:
-        from .calculus import (ActivationLayer, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost, LayerNormPre,
-                               Residual, Scale, _short)
+        from .layers import (ActivationLayer, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost, LayerNormPre,
+                             Residual, Scale, short)
 
         if isinstance(node, Chain):
             for p in node.layers:
@@ -250,14 +250,14 @@ class _Walk:
             return _State(A, np.zeros_like(A), TA, TB, gaussian=True, G=_bias_gap(sw2 * s.A, s.G, sb2))
         if isinstance(node, ActivationLayer):
             if not s.gaussian:
-                raise ValueError(f"{_short(node)} needs a Gaussian preactivation as input; put a dense layer before it")
+                raise ValueError(f"{short(node)} needs a Gaussian preactivation as input; put a dense layer before it")
             return self._activation(node, s)
         if isinstance(node, (LayerNormPre, LayerNormPost, LayerNorm)):
             if node.axis == "tokens":
-                raise ValueError(f"{_short(node)}: a LayerNorm over the tokens has no Gram rule over images "
+                raise ValueError(f"{short(node)}: a LayerNorm over the tokens has no Gram rule over images "
                                  "(its divisor does not self-average at finite T)")
             if isinstance(node, LayerNormPre) and not s.gaussian:
-                raise ValueError(f"{_short(node)} needs a Gaussian preactivation as input")
+                raise ValueError(f"{short(node)} needs a Gaussian preactivation as input")
             # over the channels of each (image, token): the channel mean removes the common part B, the
             # channel variance is diag(A - B) (C -> infinity)
             v = _diag(s.A) - _diag(s.B)
@@ -270,7 +270,7 @@ class _Walk:
                           None if s.TA is None else Z.copy(), gaussian=s.gaussian, G=G)
         if isinstance(node, BatchNorm):
             raise ValueError("batch_norm() in a token block: Gram matrices over images are not implemented for it")
-        raise ValueError(f"{_short(node)} has no Gram rule for token blocks (ResMLP / MLP-Mixer); rules exist for "
+        raise ValueError(f"{short(node)} has no Gram rule for token blocks (ResMLP / MLP-Mixer); rules exist for "
                          "dense (any axis), act, layer_norm over the channels, scale and residual")
 
     def _token_gap(self, s, sw2, sb2):

@@ -511,7 +511,9 @@ def cache_dir() -> Path:
 
 
 _LOCK = threading.Lock()
-_KEY_SOURCES = ("_fnindex.py", "symbols.py", "activations.py", "gap.py", "gaussian.py", "stable_forms.py", "calculus.py", "symbolic.py", "numeric.py")
+#: the files whose text shapes a generated module (the primitives' rules included)
+_KEY_SOURCES = ("_fnindex.py", "symbols.py", "activations.py", "gap.py", "gaussian.py", "stable_forms.py", "calculus.py",
+                "symbolic.py", "numeric.py", *(f"layers/{p.name}" for p in sorted((Path(__file__).parent / "layers").glob("*.py"))))
 
 
 @lru_cache(maxsize=1)

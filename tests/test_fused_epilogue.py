@@ -5,7 +5,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import meanfield as mf  # noqa: E402
-from meanfield.torch import _fused, networks  # noqa: E402
+from meanfield.torch import _fused, context  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -22,7 +22,7 @@ def test_affine_is_torchs_three_operations(dtype, shape, kernel):
     sb = torch.randn(P, generator=g_, dtype=dtype)
     g = torch.randn(I, N, generator=g_, dtype=dtype)
     ref = y.clone()
-    ref.mul_(scale.view(1, P, 1, 1, 1))      # what RDense did before the fusion, in torch
+    ref.mul_(scale.view(1, P, 1, 1, 1))      # what Dense.torch_forward did before the fusion, in torch
     ref[:, :, 0] += sb.view(1, P, 1, 1) * g.view(I, 1, 1, N)
     got = y.clone()
     getattr(_fused, kernel)(got.numpy(), scale.numpy(), sb.numpy(), g.numpy())
@@ -42,9 +42,9 @@ def test_monte_carlo_is_unchanged_by_the_fusion(name, kw, monkeypatch):
     batch = kw.pop("batch")
     arch = mf.Architecture(name, **kw)
     runs = {}
-    monkeypatch.setattr(networks, "FAST_ERF", False)  # torch.erf in both (erf32 has its own test below)
+    monkeypatch.setattr(context, "FAST_ERF", False)  # torch.erf in both (erf32 has its own test below)
     for fused in (False, True):
-        monkeypatch.setattr(networks, "FUSED_EPILOGUE", fused)
+        monkeypatch.setattr(context, "FUSED_EPILOGUE", fused)
         runs[fused] = monte_carlo(arch, 1.4, 0.3, depth=5, width=24, n_init=3, batch=batch, seed=2,
                                   dtype=torch.float32)
     assert calls, "the fused kernel never ran"
@@ -85,7 +85,7 @@ def test_float32_erf_network_uses_it_and_agrees_with_torch_erf(monkeypatch):
     monkeypatch.setattr(_fused, "erf32", lambda x: calls.append(1) or real(x))
     runs = {}
     for fast in (False, True):
-        monkeypatch.setattr(networks, "FAST_ERF", fast)
+        monkeypatch.setattr(context, "FAST_ERF", fast)
         runs[fast] = phase_diagram("erf", [1.0, 2.5], [0.0, 0.5], depth=8, width=64, n_init=4, seed=1,
                                    dtype=torch.float32)
     assert calls
@@ -105,8 +105,8 @@ def test_deep_wide_passes_with_and_without_the_fused_kernels(monkeypatch):
     runs = {}
     for dtype in (torch.float64, torch.float32):
         for fused in (False, True):
-            monkeypatch.setattr(networks, "FUSED_EPILOGUE", fused)
-            monkeypatch.setattr(networks, "FAST_ERF", fused)
+            monkeypatch.setattr(context, "FUSED_EPILOGUE", fused)
+            monkeypatch.setattr(context, "FAST_ERF", fused)
             runs[dtype, fused] = phase_diagram("erf", [1.0, 1.5], [0.05, 0.3], dtype=dtype, **kw)
     for k in ("K", "chi_J"):
         np.testing.assert_array_equal(getattr(runs[torch.float64, True], k), getattr(runs[torch.float64, False], k))

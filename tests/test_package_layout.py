@@ -21,8 +21,6 @@ KNOWN_CYCLES = {
     frozenset(['meanfield.verification.distributed', 'meanfield.verification.gram', 'meanfield.verification.montecarlo', 'meanfield.verification.suite']),
 }
 KNOWN_PRIVATE_IMPORTS = {
-    ('meanfield.gram', 'meanfield.calculus', '_short'),
-    ('meanfield.gram_tokens', 'meanfield.calculus', '_short'),
     ('meanfield.gram_tokens', 'meanfield.gram', '_NEAR'),
     ('meanfield.gram_tokens', 'meanfield.gram', '_cached'),
     ('meanfield.gram_tokens', 'meanfield.gram', '_compile_layers'),

@@ -1,6 +1,6 @@
 r"""numba kernels for the Monte-Carlo networks on the CPU: a Dense layer's scale and bias in one pass, and erf.
 
-After the shared product ``y = z G^T`` a Dense layer (:class:`~.networks.RDense`)
+After the shared product ``y = z G^T`` a Dense layer (``Dense.torch_forward``, :mod:`meanfield.layers.linear`)
 applies, per parameter point p,
 
     y[i, p, 0] = y[i, p, 0] * scale[p] + sigma_b[p] * g[i]     (primal slot: W h + b)
@@ -14,10 +14,10 @@ rounded; numba contracts nothing into an FMA without ``fastmath``), so its
 result is bit for bit torch's (``tests/test_fused_epilogue.py`` checks this).
 
 ``erf32`` is erf for float32 arrays (used by float32 erf networks,
-:class:`~.networks.RActivation`): a rational fit evaluated in float64 and
+``ActivationLayer.torch_forward``): a rational fit evaluated in float64 and
 rounded once, within 0.54 ulp of erf (torch's float32 erf: 0.74 ulp), ~20 %
-cheaper than ``torch.erf`` here. ``networks.FUSED_EPILOGUE`` and
-``networks.FAST_ERF`` switch the two off. CUDA tensors never come here.
+cheaper than ``torch.erf`` here. ``context.FUSED_EPILOGUE`` and
+``context.FAST_ERF`` switch the two off. CUDA tensors never come here.
 
 Measured (``benchmarks/mc_throughput.py``): benchmarks/README.md, section
 mc_throughput.

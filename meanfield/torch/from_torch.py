@@ -38,19 +38,20 @@ J^{1,l} at the block boundaries of the user's own module.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import sympy as sp
 import torch
 import torch.fx
 import torch.nn.functional as F
 from torch import nn
 
 from .. import calculus as C
-from .activations import read_function, read_module
+from ..layers import primitive_classes, short
+from .activations import read_function
 
 __all__ = ["from_torch", "initialise_", "monte_carlo_module", "ModuleMonteCarlo"]
 
@@ -84,14 +85,11 @@ def _uniform(t: torch.Tensor, what: str, where: str) -> float:
     return float(t[0])
 
 
-def _check_affine(m, where):
-    w = getattr(m, "weight", None)
-    b = getattr(m, "bias", None)
-    if w is not None and not torch.all(w.detach() == 1):
-        raise ValueError(f"{where}: {type(m).__name__}.weight is not 1 (its value at initialisation); "
-                         "meanfield.torch.initialise_ resets it")
-    if b is not None and not torch.all(b.detach() == 0):
-        raise ValueError(f"{where}: {type(m).__name__}.bias is not 0 (its value at initialisation)")
+@functools.lru_cache(maxsize=1)
+def _module_readers() -> tuple:
+    """The primitive classes that read a torch module (each its own ``from_torch_module``), in a fixed order."""
+    classes = primitive_classes().values()
+    return tuple(sorted((c for c in classes if "from_torch_module" in vars(c)), key=lambda c: c.__name__))
 
 
 def _bind(fn, args, kwargs) -> dict:
@@ -139,7 +137,7 @@ class _Reader:
     def extend(self, v: _Val, prim, node, gaussian=None) -> _Val:
         layers = list(v.layers)
         if not layers and not isinstance(prim, C.Dense):
-            raise ValueError(f"fx node {node.name!r}: {C._short(prim)} acts on the raw input; the first layer must "
+            raise ValueError(f"fx node {node.name!r}: {short(prim)} acts on the raw input; the first layer must "
                              "be the input layer (nn.Linear), as in the theory")
         layers.append(prim)
         g = v.gaussian if gaussian is None else gaussian
@@ -183,41 +181,17 @@ class _Reader:
         if isinstance(m, (nn.Identity,)) or (isinstance(m, nn.Dropout) and (m.p == 0 or not m.training)):
             self.vals[node] = x
             return
-        if isinstance(m, nn.Linear):
-            self.vals[node] = self.linear(x, m.bias is not None, node, where)
-            return
-        phi = read_module(m)
-        if phi is not None:
-            self._act(node, x, phi, where)
-            return
-        if isinstance(m, nn.LayerNorm):
-            _check_affine(m, where)
-            if len(m.normalized_shape) != 1:
-                raise ValueError(f"{where}: LayerNorm over {tuple(m.normalized_shape)}; only the last axis is read")
-            prim = C.layer_norm("pre" if x.gaussian else "post")
-            self.vals[node] = self.extend(x, prim, node)
-            return
-        if hasattr(nn, "RMSNorm") and isinstance(m, nn.RMSNorm):
-            _check_affine(m, where)
-            self.vals[node] = self.extend(x, C.rms_norm(), node)
-            return
-        if isinstance(m, nn.BatchNorm1d):
-            _check_affine(m, where)
-            if not m.training:
-                raise ValueError(f"{where}: BatchNorm1d in eval mode uses running statistics; the theory is "
-                                 "BatchNorm with batch statistics (call module.train())")
-            if not x.gaussian:
-                raise ValueError(f"{where}: BatchNorm after an activation is not a primitive of the theory")
-            self.vals[node] = self.extend(x, C.batch_norm(), node)
-            return
-        raise ValueError(f"{where}: unsupported module {type(m).__name__}; from_torch reads nn.Linear, activation "
-                         "modules, nn.LayerNorm, nn.RMSNorm, nn.BatchNorm1d, residual additions and scales")
+        for cls in _module_readers():
+            prim = cls.from_torch_module(m, x, where)
+            if prim is not None:
+                self.vals[node] = self.extend(x, prim, node, gaussian=prim.output_gaussian)
+                return
+        reads = ", ".join(cls.torch_modules_read for cls in _module_readers())
+        raise ValueError(f"{where}: unsupported module {type(m).__name__}; from_torch reads {reads}, "
+                         "residual additions and scales")
 
     def _act(self, node, x, phi, where):
-        if x.gaussian is False and x.layers:
-            raise ValueError(f"{where}: activation {phi.name!r} acts on a value that is not a preactivation "
-                             "(two element-wise maps without a Linear layer between them)")
-        self.vals[node] = self.extend(x, C.ActivationLayer(phi), node, gaussian=False)
+        self.vals[node] = self.extend(x, C.ActivationLayer.on_torch_value(phi, x, where), node, gaussian=False)
 
     def linear(self, x, has_bias, node, where):
         axis = "tokens" if x.transposed else "features"
@@ -526,7 +500,7 @@ def _read(module, example_input):
         raise ValueError(f"{type(module).__name__} has no layers from_torch can read")
     if any(isinstance(p, C.Residual) for p in layers[:1]) or not isinstance(layers[0], C.Dense):
         raise ValueError(f"{type(module).__name__}: the first layer must be the input layer (nn.Linear), "
-                         f"found {C._short(layers[0])}")
+                         f"found {short(layers[0])}")
     in_node = ends[0]
     body, body_ends = layers[1:], ends[1:]
     if _has_token_mlp(body):  # an MLP-Mixer: its per-token layers act on the pair of channels

@@ -1,0 +1,38 @@
+"""The primitives of the calculus, one module per family, and the blocks built from them.
+
+=====================  ==========================================================
+module                 primitives
+=====================  ==========================================================
+``state``              the states they map: :class:`Signal` (one input and a
+                       pair), :class:`GramSignal` (two inputs of any norms, NTK)
+``base``               the :class:`Primitive` interface and shared helpers
+``linear``             :class:`Dense` (``dense``)
+``elementwise``        :class:`ActivationLayer` (``act``), :class:`Scale` (``scale``)
+``norms``              LayerNorm pre/post (``layer_norm``), :class:`RMSNorm`,
+                       :class:`BatchNorm`
+``combinators``        :class:`Chain` (``serial``), :class:`Residual` (``residual``)
+``blocks``             the menu's blocks: ``mlp``, ``resmlp``, ``mixer``
+``trees``              the JSON form of a tree
+=====================  ==========================================================
+
+Each primitive holds every rule about it (state map, APJN factor, Gram rule,
+its short form and JSON, its torch realisation): see :mod:`.base` and
+docs/architecture.md, "Adding a primitive".
+"""
+from .base import AXES, Primitive, short
+from .blocks import mixer, mixer_block, mlp, mlp_block, resmlp, resmlp_block
+from .combinators import Chain, Residual, residual, serial
+from .elementwise import ActivationLayer, Scale, act, scale
+from .linear import Dense, dense
+from .norms import BatchNorm, LayerNorm, LayerNormPost, LayerNormPre, RMSNorm, batch_norm, layer_norm, rms_norm
+from .state import GramSignal, Signal
+from .trees import primitive_classes, tree_from_json, tree_to_json
+
+__all__ = [
+    "AXES", "Primitive", "short", "Signal", "GramSignal",
+    "Dense", "dense", "ActivationLayer", "act", "Scale", "scale",
+    "LayerNormPre", "LayerNorm", "LayerNormPost", "RMSNorm", "BatchNorm", "layer_norm", "rms_norm", "batch_norm",
+    "Chain", "Residual", "serial", "residual",
+    "mlp_block", "resmlp_block", "mixer_block", "mlp", "resmlp", "mixer",
+    "tree_to_json", "tree_from_json", "primitive_classes",
+]

@@ -1,0 +1,324 @@
+"""Normalisations without affine parameters (their identity at initialisation).
+
+LayerNorm before phi (h -> h / sqrt(K), chi = 1/K, partial-Jacobian eq. 20,
+D.4) and after it (centred by E phi, chi = 1/Var phi, eqs. 50-55, D.5);
+RMSNorm (no centring: Zhang & Sennrich 2019); BatchNorm over the batch in
+the large-batch limit (AutoInit Conjecture 3.1, eq. 23; partial-Jacobian
+eqs. 24-25). At infinite width each divisor is deterministic, so the
+rank-one terms of the Jacobians drop out of the APJN.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy as sp
+
+from .._validate import check_choice
+from .base import AXES, Primitive, format_number, require_gaussian, short
+from .state import Signal
+
+__all__ = ["LayerNormPre", "LayerNorm", "LayerNormPost", "RMSNorm", "BatchNorm", "layer_norm", "rms_norm",
+           "batch_norm"]
+
+
+def _layer_norm_call(position, axis) -> str:
+    args = ([] if position is None else [f"position={position!r}"]) + ([] if axis == "features" else [f"axis={axis!r}"])
+    return f"layer_norm({', '.join(args)})"
+
+
+def _centres_pair(norm, s: Signal) -> bool:
+    """True when a normalisation runs along the pair's own axis.
+
+    Its mean then removes the part the two members share (covariance K12),
+    and its variance is K - K12: the pair comes out uncorrelated. This is
+    BatchNorm for a pair of inputs, and the Mixer's channel LayerNorm for a
+    pair of channels.
+    """
+    return norm.axis == s.pair_axis
+
+
+def _features_only(norm):
+    if norm.axis != "features":
+        raise ValueError(f"{short(norm)}: Gram matrices over inputs are for normalisations over the features only")
+
+
+@dataclass(frozen=True, repr=False)
+class LayerNormPre(Primitive):
+    """LayerNorm on preactivations, h -> h / sqrt(K) at infinite width (eq. 19).
+
+    Along the pair axis (the Mixer's channel LayerNorm, axis='channels') it
+    centres like BatchNorm: (K, K12) -> (1, 0), chi = 1/(K - K12).
+    """
+
+    axis: str = "features"
+    elementwise = True
+
+    def forward(self, s):
+        require_gaussian(self, s)
+        if _centres_pair(self, s):
+            return s.to(sp.Integer(1), sp.Integer(0))
+        return s.to(sp.Integer(1), s.K12 / s.K)
+
+    def chi(self, s):
+        return 1 / (s.K - s.K12) if _centres_pair(self, s) else 1 / s.K
+
+    def gram(self, g):
+        _features_only(self)
+        if not g.gaussian:
+            raise ValueError(f"{short(self)} needs a Gaussian preactivation as input; put a dense layer before it")
+        return g.normalised(g.K1, g.K2, centre=True)
+
+    def short(self, num=format_number):
+        return _layer_norm_call('pre', self.axis)
+
+    def torch_forward(self, z, ctx):
+        """(h - mean) / std over the features of each token (or over the tokens), with its exact JVP."""
+        from ..torch import context as C
+
+        return C.normalise(z, -2 if self.axis == "tokens" else -1)
+
+
+@dataclass(frozen=True, repr=False)
+class BatchNorm(Primitive):
+    """BatchNorm of preactivations per neuron over the batch, |B| -> infinity.
+
+    With all inputs of equal norm, h_i(x) = sqrt(K12) g_i + sqrt(K - K12) e_i(x):
+    the batch mean removes the shared part g_i and the batch variance is
+    K - K12, so normalised outputs are N(0, 1) and uncorrelated across inputs
+    (AutoInit Conjecture 3.1, eq. 23; partial-Jacobian eqs. 24-25).
+    """
+
+    axis = "batch"
+    elementwise = True
+
+    def forward(self, s):
+        require_gaussian(self, s)
+        if not _centres_pair(self, s):
+            raise ValueError("BatchNorm needs the pair state of two inputs (pair_axis='batch')")
+        return s.to(sp.Integer(1), sp.Integer(0))
+
+    def chi(self, s):
+        return 1 / (s.K - s.K12)
+
+    def gram(self, g):
+        raise ValueError("batch_norm() couples the inputs of a batch: its kernel is not a map of one pair "
+                         "(K1, K2, K12); meanfield.kernels applies BatchNorm.gram_batch to the whole batch")
+
+    @staticmethod
+    def gram_batch(K, T=None):
+        r"""The large-batch map of the batch's NNGP (and NTK) Gram matrices (:mod:`meanfield.gram`).
+
+        ``K``, ``T``: (n, n) float arrays over the n inputs of the batch (the
+        per-unit kernel and NTK of the Gaussian preactivation h entering the
+        node). Per unit, y = P h / s with P = I - 1 1^T / n (the batch mean)
+        and s^2 = h^T P h / n (the biased batch variance, no epsilon: the
+        convention of the torch realisation). At infinite width h ~ N(0, K);
+        when the batch is large (n_eff = tr(PKP)^2 / tr((PKP)^2) -> infinity)
+        s^2 concentrates at tr(PKP) / n, so y is Gaussian with
+
+            K' = n P K P / tr(P K P).
+
+        The Jacobian dy/dh = (P - y y^T / n) / s annihilates the batch
+        direction 1 exactly; on the rest the y y^T / n term contributes
+        O(1/n_eff) to J T J^T when K, T carry no other O(n) eigenvalue (the
+        same order as the neglected fluctuations of s), so
+
+            T' = n P T P / tr(P K P).
+
+        (Equal norms, K = (K - K12) I + K12 1 1^T, give K' -> I: the
+        (K, K12) -> (1, 0) of :meth:`forward`; the NTK's growth factor for
+        ReLU is pi / (pi - 1), Yang et al. 2019's gradient explosion rate.)
+        """
+        K = np.asarray(K, dtype=np.float64)
+        n = K.shape[0]
+        if n < 2:
+            raise ValueError("BatchNorm normalises over the batch: it needs at least 2 inputs (x1 with n >= 2 rows)")
+
+        def centre(M):
+            # P M P for a symmetric M, written so that the result is symmetric to the last bit
+            r = M.mean(axis=1)
+            return M - (r[:, None] + r[None, :]) + r.mean()
+
+        PKP = centre(K)
+        scale = n / np.trace(PKP)
+        return PKP * scale, (None if T is None else centre(np.asarray(T, dtype=np.float64)) * scale)
+
+    torch_modules_read = "nn.BatchNorm1d"
+
+    @classmethod
+    def from_torch_module(cls, module, value, where):
+        """``nn.BatchNorm1d`` in training mode (batch statistics), on a preactivation."""
+        from torch import nn
+
+        from ..torch.context import check_affine_identity
+
+        if not isinstance(module, nn.BatchNorm1d):
+            return None
+        check_affine_identity(module, where)
+        if not module.training:
+            raise ValueError(f"{where}: BatchNorm1d in eval mode uses running statistics; the theory is "
+                             "BatchNorm with batch statistics (call module.train())")
+        if not value.gaussian:
+            raise ValueError(f"{where}: BatchNorm after an activation is not a primitive of the theory")
+        return batch_norm()
+
+    def short(self, num=format_number):
+        return "batch_norm()"
+
+    def torch_forward(self, z, ctx):
+        """Each neuron over the inputs of the batch (axis B), biased variance, with its exact JVP."""
+        from ..torch import context as C
+
+        if z.shape[3] < 2:
+            raise ValueError("BatchNorm needs a batch of at least 2 inputs (batch >= 2)")
+        return C.normalise(z, 3)
+
+
+@dataclass(frozen=True, repr=False)
+class LayerNorm(Primitive):
+    """LayerNorm wherever it sits: (x - E x) / sqrt(Var x) over the features (eqs. 19, 50).
+
+    On a preactivation (mean 0) it is :class:`LayerNormPre`, on phi(h) it is
+    :class:`LayerNormPost`; the state's mean (0 for a Gaussian) selects the
+    formula, so one node serves both positions:
+    (K, K12, m) -> (1, (K12 - m^2)/(K - m^2)), chi = 1/(K - m^2).
+    Along the pair axis (the Mixer's channel LayerNorm) it centres the pair:
+    (K, K12) -> (1, 0), chi = 1/(K - K12).
+    """
+
+    axis: str = "features"
+    elementwise = True
+
+    def forward(self, s):
+        if _centres_pair(self, s):
+            return s.to(sp.Integer(1), sp.Integer(0), gaussian=s.gaussian)
+        return s.to(sp.Integer(1), (s.K12 - s.mean**2) / s.variance, gaussian=s.gaussian)
+
+    def chi(self, s):
+        return 1 / (s.K - s.K12) if _centres_pair(self, s) else 1 / s.variance
+
+    def gram(self, g):
+        _features_only(self)
+        v1, v2, _ = g.centred_moments()
+        return g.normalised(v1, v2, centre=True)
+
+    torch_modules_read = "nn.LayerNorm"
+
+    @classmethod
+    def from_torch_module(cls, module, value, where):
+        """``nn.LayerNorm`` over the last axis: before phi on a preactivation, after it otherwise."""
+        from torch import nn
+
+        from ..torch.context import check_affine_identity
+
+        if not isinstance(module, nn.LayerNorm):
+            return None
+        check_affine_identity(module, where)
+        if len(module.normalized_shape) != 1:
+            raise ValueError(f"{where}: LayerNorm over {tuple(module.normalized_shape)}; only the last axis is read")
+        return layer_norm("pre" if value.gaussian else "post")
+
+    def short(self, num=format_number):
+        return _layer_norm_call(None, self.axis)
+
+    def torch_forward(self, z, ctx):
+        """(h - mean) / std over the features of each token (or over the tokens), with its exact JVP."""
+        from ..torch import context as C
+
+        return C.normalise(z, -2 if self.axis == "tokens" else -1)
+
+
+@dataclass(frozen=True, repr=False)
+class LayerNormPost(LayerNorm):
+    """LayerNorm on activations, phi -> (phi - E phi) / sqrt(Var phi) (eq. 50).
+
+    The maths is :class:`LayerNorm`'s (the state's mean selects it); this
+    node only records the position 'post' the user asked for, which the torch
+    realisation and the architecture's repr keep.
+    """
+
+    def short(self, num=format_number):
+        return _layer_norm_call("post", self.axis)
+
+
+@dataclass(frozen=True, repr=False)
+class RMSNorm(Primitive):
+    r"""RMSNorm without gain, x -> x / sqrt(mean_i x_i^2) (Zhang & Sennrich 2019, eq. 4).
+
+    At infinite width the mean of x_i^2 over the N features is its
+    expectation K (law of large numbers), so x -> x / sqrt(K) with a
+    deterministic divisor, before phi (pre: on a Gaussian preactivation) or
+    after it (post: on phi(h), whose mean m is kept, not subtracted):
+
+        (K, K12, m) -> (1, K12 / K, m / sqrt(K)),    chi = 1 / K.
+
+    The Jacobian is I/r - x x^T/(N r^3) with r^2 = mean x^2; the rank-one
+    term contributes O(1/N) to the APJN (as for LayerNorm, partial-Jacobian
+    D.4), so the factor is 1/r^2 = 1/K. Unlike LayerNorm it does not centre,
+    so on a Gaussian it coincides with LayerNormPre and after phi it differs
+    from LayerNormPost by the mean. Only over the features: along the Mixer's
+    pair of channels the divisor would depend on the channels' shared part,
+    which does not self-average.
+    """
+
+    axis: str = "features"
+    elementwise = True
+
+    def forward(self, s):
+        if _centres_pair(self, s) or s.pair_axis == "channels":
+            raise ValueError("RMSNorm runs over the channels of each token, the pair's own axis here; its divisor "
+                             "depends on the channels' shared part and does not self-average (no "
+                             "deterministic infinite-width limit)")
+        return s.to(sp.Integer(1), s.K12 / s.K, s.mean / sp.sqrt(s.K), gaussian=s.gaussian)
+
+    def chi(self, s):
+        return 1 / s.K
+
+    def gram(self, g):
+        return g.normalised(g.K1, g.K2, centre=False, m1=g.m1 / sp.sqrt(g.K1), m2=g.m2 / sp.sqrt(g.K2))
+
+    torch_modules_read = "nn.RMSNorm"
+
+    @classmethod
+    def from_torch_module(cls, module, value, where):
+        """``nn.RMSNorm`` (torch >= 2.4)."""
+        from torch import nn
+
+        from ..torch.context import check_affine_identity
+
+        if not (hasattr(nn, "RMSNorm") and isinstance(module, nn.RMSNorm)):
+            return None
+        check_affine_identity(module, where)
+        return rms_norm()
+
+    def short(self, num=format_number):
+        return "rms_norm()"
+
+    def torch_forward(self, z, ctx):
+        """h / sqrt(mean h^2) over the features of each token (pre or post: the same map), exact JVP."""
+        from ..torch import context as C
+
+        return C.rms_normalise(z, -1)
+
+
+def layer_norm(position: str = "auto", axis: str = "features") -> Primitive:
+    """LayerNorm without affine parameters (identity at initialisation), wherever it sits.
+
+    ``position='auto'`` reads pre/post from the signal it receives (a
+    preactivation or phi(h)); 'pre' and 'post' insist on one (a 'pre'
+    LayerNorm after an activation is an error).
+    """
+    check_choice("position", position, ("auto", "pre", "post"))
+    check_choice("axis", axis, AXES)
+    return {"auto": LayerNorm, "pre": LayerNormPre, "post": LayerNormPost}[position](axis=axis)
+
+
+def rms_norm() -> RMSNorm:
+    """RMSNorm without gain over the features, pre or post by position (:class:`RMSNorm`)."""
+    return RMSNorm()
+
+
+def batch_norm() -> BatchNorm:
+    """BatchNorm of preactivations per neuron over the batch (large-batch limit), no affine part."""
+    return BatchNorm()
