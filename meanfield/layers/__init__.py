@@ -8,8 +8,8 @@ module                 primitives
 ``base``               the :class:`Primitive` interface and shared helpers
 ``linear``             :class:`Dense` (``dense``)
 ``elementwise``        :class:`ActivationLayer` (``act``), :class:`Scale` (``scale``)
-``norms``              LayerNorm pre/post (``layer_norm``), :class:`RMSNorm`,
-                       :class:`BatchNorm`
+``norms``              LayerNorm pre/post (``layer_norm``), :class:`GroupNorm`,
+                       :class:`RMSNorm`, :class:`BatchNorm`
 ``combinators``        :class:`Chain` (``serial``), :class:`Residual` (``residual``)
 ``blocks``             the menu's blocks: ``mlp``, ``resmlp``, ``mixer``
 ``trees``              the JSON form of a tree
@@ -24,14 +24,16 @@ from .blocks import mixer, mixer_block, mlp, mlp_block, resmlp, resmlp_block
 from .combinators import Chain, Residual, residual, serial
 from .elementwise import ActivationLayer, Scale, act, scale
 from .linear import Dense, dense
-from .norms import BatchNorm, LayerNorm, LayerNormPost, LayerNormPre, RMSNorm, batch_norm, layer_norm, rms_norm
+from .norms import (BatchNorm, GroupNorm, LayerNorm, LayerNormPost, LayerNormPre, RMSNorm, batch_norm, group_norm,
+                    layer_norm, rms_norm)
 from .state import GramSignal, Signal
 from .trees import primitive_classes, tree_from_json, tree_to_json
 
 __all__ = [
     "AXES", "Primitive", "short", "Signal", "GramSignal",
     "Dense", "dense", "ActivationLayer", "act", "Scale", "scale",
-    "LayerNormPre", "LayerNorm", "LayerNormPost", "RMSNorm", "BatchNorm", "layer_norm", "rms_norm", "batch_norm",
+    "LayerNormPre", "LayerNorm", "LayerNormPost", "GroupNorm", "RMSNorm", "BatchNorm", "layer_norm", "group_norm",
+    "rms_norm", "batch_norm",
     "Chain", "Residual", "serial", "residual",
     "mlp_block", "resmlp_block", "mixer_block", "mlp", "resmlp", "mixer",
     "tree_to_json", "tree_from_json", "primitive_classes",

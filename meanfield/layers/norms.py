@@ -18,8 +18,8 @@ from .._validate import check_choice
 from .base import AXES, Primitive, format_number, require_gaussian, short
 from .state import Signal
 
-__all__ = ["LayerNormPre", "LayerNorm", "LayerNormPost", "RMSNorm", "BatchNorm", "layer_norm", "rms_norm",
-           "batch_norm"]
+__all__ = ["LayerNormPre", "LayerNorm", "LayerNormPost", "GroupNorm", "RMSNorm", "BatchNorm", "layer_norm",
+           "group_norm", "rms_norm", "batch_norm"]
 
 
 def _layer_norm_call(position, axis) -> str:
@@ -230,6 +230,59 @@ class LayerNorm(Primitive):
 
 
 @dataclass(frozen=True, repr=False)
+class GroupNorm(LayerNorm):
+    r"""GroupNorm without affine parameters (Wu & He 2018, eq. 1 with the groups of their eq. 4): the
+    features split into ``groups`` equal groups, each normalised by its own mean and variance.
+
+    At infinite width with the number of groups fixed, every group holds
+    infinitely many features, so its mean and variance are the population's
+    (law of large numbers, as for LayerNorm, partial-Jacobian D.4-D.5): the
+    state map, the APJN factor and the Gram rule are :class:`LayerNorm`'s,
+    pre or post by position,
+
+        (K, K12, m) -> (1, (K12 - m^2) / (K - m^2)),    chi = 1 / (K - m^2).
+
+    What differs is the finite width: a group of N / groups features has
+    O(groups / N) corrections where LayerNorm has O(1 / N). Over the
+    features only (an MLP's, or each token's channels).
+    """
+
+    groups: int = 1
+
+    def __post_init__(self):
+        groups = self.groups
+        if isinstance(groups, sp.Basic) and groups.is_Integer:
+            groups = int(groups)
+        if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+            raise ValueError(f"groups must be an integer >= 1, got {self.groups!r}")
+        object.__setattr__(self, "groups", int(groups))
+        if self.axis != "features":
+            raise ValueError(f"group_norm() runs over the features only, got axis={self.axis!r}")
+
+    def short(self, num=format_number):
+        return f"group_norm({self.groups})"
+
+    def to_json(self):
+        return {"type": "GroupNorm", "groups": self.groups}
+
+    @classmethod
+    def from_json(cls, fields, path, read_tree):
+        unknown = set(fields) - {"groups"}
+        if unknown:
+            raise ValueError(f"{path}: GroupNorm has no field(s) {sorted(unknown)}; allowed: ['groups']")
+        return cls(groups=fields.get("groups", 1))
+
+    def torch_forward(self, z, ctx):
+        """(h - mean) / std within each group of the last axis (biased variance, no epsilon), exact JVP."""
+        from ..torch import context as C
+
+        N = z.shape[-1]
+        if N % self.groups:
+            raise ValueError(f"group_norm({self.groups}): the width {N} is not a multiple of the groups")
+        return C.normalise(z.unflatten(-1, (self.groups, N // self.groups)), -1).flatten(-2)
+
+
+@dataclass(frozen=True, repr=False)
 class LayerNormPost(LayerNorm):
     """LayerNorm on activations, phi -> (phi - E phi) / sqrt(Var phi) (eq. 50).
 
@@ -322,3 +375,8 @@ def rms_norm() -> RMSNorm:
 def batch_norm() -> BatchNorm:
     """BatchNorm of preactivations per neuron over the batch (large-batch limit), no affine part."""
     return BatchNorm()
+
+
+def group_norm(groups: int) -> GroupNorm:
+    """GroupNorm over ``groups`` equal groups of the features, no affine part (:class:`GroupNorm`)."""
+    return GroupNorm(groups=groups)
