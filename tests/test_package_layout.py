@@ -18,7 +18,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "meanfield"
 KNOWN_CYCLES = {
     frozenset(['meanfield._serialize', 'meanfield.activations', 'meanfield.calculus', 'meanfield.gaussian', 'meanfield.numeric', 'meanfield.symbolic']),
     frozenset(['meanfield.gram', 'meanfield.gram_tokens']),
-    frozenset(['meanfield.plotting', 'meanfield.solvers', 'meanfield.solvers.exponents', 'meanfield.solvers.finite_width', 'meanfield.solvers.fixed', 'meanfield.solvers.lines']),
     frozenset(['meanfield.verification.distributed', 'meanfield.verification.gram', 'meanfield.verification.montecarlo', 'meanfield.verification.suite']),
 }
 KNOWN_PRIVATE_IMPORTS = {
@@ -43,8 +42,8 @@ KNOWN_PRIVATE_IMPORTS = {
     ('meanfield.numeric', 'meanfield.gaussian', '_TOL_BASE_1D'),
     ('meanfield.numeric', 'meanfield.gaussian', '_TOL_REFINED'),
     ('meanfield.solvers._common', 'meanfield.numeric', '_compiled'),
+    ('meanfield.solvers._expansion', 'meanfield.numeric', '_key'),
     ('meanfield.solvers.fixed', 'meanfield._validate', '_as_float_array'),
-    ('meanfield.solvers.lines', 'meanfield.numeric', '_key'),
 }
 
 
