@@ -18,7 +18,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "meanfield"
 KNOWN_CYCLES = {
     frozenset(['meanfield._serialize', 'meanfield.activations', 'meanfield.calculus', 'meanfield.gaussian', 'meanfield.numeric', 'meanfield.symbolic']),
     frozenset(['meanfield.gram', 'meanfield.gram_tokens']),
-    frozenset(['meanfield.verification.distributed', 'meanfield.verification.gram', 'meanfield.verification.montecarlo', 'meanfield.verification.suite']),
 }
 KNOWN_PRIVATE_IMPORTS = {
     ('meanfield._gram_quadrature', 'meanfield.gaussian', '_engine'),
