@@ -692,7 +692,9 @@ class PhaseDiagram(Result):
     :data:`PHASES`: -1 ordered (chi_J* < 1), 0 critical (|chi_J* - 1| <=
     ``tol``), 1 chaotic (chi_J* > 1), 2 divergent (K* = inf with no finite
     limit of chi_J^l), 3 undetermined (the solve failed; chi_J*, K* are NaN).
-    :meth:`phase_names` gives the names, :meth:`plot` the figure.
+    :meth:`phase_names` gives the names, :meth:`plot` the figure, with the
+    critical line and points inside the grid (:meth:`critical_line_curves`,
+    :meth:`critical_points_inside`).
     """
 
     architecture: Architecture
