@@ -8,7 +8,7 @@ Two kinds of compiled code are cached on disk, both under one folder
   cache of it (``__pycache__/``, next to the module);
 - the series derivatives of its critical points as mpmath source
   (``meanfield_expr_<hash>.series3-v1.json``, from
-  :func:`meanfield.solvers.lines._derivatives`: sympy differentiation
+  :func:`meanfield.solvers._expansion._derivatives`: sympy differentiation
   costs a fresh process ~0.5-1.5 s);
 - numba's cache of the package's solver kernels (:mod:`meanfield._kernels`),
   in ``numba/``. It is redirected there by :func:`install_locator`, so that

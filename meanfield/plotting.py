@@ -9,7 +9,10 @@ critical line chi_J* = 1 and the critical points chi_J* = chi_K* = 1 that fall
 inside the grid, the phases named where they lie, and the points where no
 phase follows (K* diverges without a limit of chi_J^l, or the solve failed)
 in hatched grey. Both ``PhaseDiagram.plot`` and ``meanfield phase-diagram``
-call it.
+call it. The critical line and points come from the PhaseDiagram's own methods
+(:meth:`~meanfield.PhaseDiagram.critical_line_curves`,
+:meth:`~meanfield.PhaseDiagram.critical_points_inside`), so this module imports
+nothing from :mod:`meanfield.solvers`, which imports it for ``PhaseDiagram.plot``.
 """
 from __future__ import annotations
 
@@ -129,40 +132,6 @@ def colour_ticks(limit) -> tuple:
     return [float(v) for v in pos], labels
 
 
-def _critical_line_xy(pd, n=400):
-    """Points of the critical line inside the grid's window, solved for sigma_b and for sigma_w.
-
-    Solving sigma_b(sigma_w) misses vertical pieces (ReLU: sigma_w = sqrt 2 for
-    every sigma_b), solving sigma_w(sigma_b) misses horizontal ones, so both
-    are solved and each is drawn where it has points.
-    """
-    from .solvers import critical_line
-
-    sw0, sw1 = float(pd.sigma_w.min()), float(pd.sigma_w.max())
-    sb0, sb1 = float(pd.sigma_b.min()), float(pd.sigma_b.max())
-    curves = []
-    for given in ("sigma_w", "sigma_b"):
-        lo, hi = (sw0, sw1) if given == "sigma_w" else (sb0, sb1)
-        if hi <= lo or hi < 0:
-            continue
-        grid = np.linspace(max(lo, 0.0), hi, n)
-        try:
-            cl = critical_line(pd.architecture, **{given: grid})
-        except (ValueError, RuntimeError):
-            continue
-        x, y = np.array(cl.sigma_w, dtype=float), np.array(cl.sigma_b, dtype=float)
-        inside = np.isfinite(x) & np.isfinite(y) & (x >= sw0) & (x <= sw1) & (y >= sb0) & (y <= sb1)
-        x[~inside], y[~inside] = np.nan, np.nan
-        # break the curve where the solved coordinate jumps (another branch), not draw across
-        solved = y if given == "sigma_w" else x
-        span = (sb1 - sb0) if given == "sigma_w" else (sw1 - sw0)
-        jump = np.flatnonzero(np.abs(np.diff(solved)) > 0.1 * max(span, 1e-12))
-        x, y = np.insert(x, jump + 1, np.nan), np.insert(y, jump + 1, np.nan)
-        if np.count_nonzero(np.isfinite(x)) >= 2:
-            curves.append((x, y))
-    return curves
-
-
 def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="RdBu_r", dpi=300,
                        title=None, figsize=(5.0, 4.0), limit=None):
     r"""Draw a :class:`~meanfield.PhaseDiagram`; optionally save it. Returns the Axes.
@@ -178,10 +147,12 @@ def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="
         The file's metadata carry the title and the architecture.
     line : bool
         Draw the critical line chi_J* = 1 (solved with
-        :func:`~meanfield.critical_line`, not read off the grid).
+        :func:`~meanfield.critical_line`, not read off the grid:
+        :meth:`~meanfield.PhaseDiagram.critical_line_curves`).
     points : bool
         Mark the critical points chi_J* = chi_K* = 1 inside the grid
-        (:func:`~meanfield.critical_point`).
+        (:func:`~meanfield.critical_point`:
+        :meth:`~meanfield.PhaseDiagram.critical_points_inside`).
     cmap : str
         Diverging colour map of log10 chi_J* on one symmetric scale [-L, L]:
         its centre (white for RdBu_r) is chi_J* = 1, its ends chi_J* = 10^-L
@@ -200,11 +171,6 @@ def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="
     and the grey hatched kinds of point (divergent, undetermined) only when
     the grid has some. Phase names are written at the centre of their region.
     """
-    from matplotlib.colors import ListedColormap, Normalize
-    from matplotlib.patches import Patch
-
-    from .solvers.lines import PHASES
-
     plt = _pyplot()
     if path is not None:
         path = Path(path)
@@ -217,6 +183,33 @@ def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="
         fig = ax.figure
     sw, sb = np.asarray(pd.sigma_w, float), np.asarray(pd.sigma_b, float)
     xe, ye = _edges(sw), _edges(sb)
+    _draw_chi_J(fig, ax, pd, xe, ye, cmap, limit)
+    handles = _draw_points_without_phase(ax, pd, xe, ye)
+    if line:
+        _draw_critical_line(ax, pd, handles)
+    if points:
+        _draw_critical_points(ax, pd, handles)
+    _label_phases(ax, pd, sw, sb)
+    if handles:
+        ax.legend(handles=handles, loc="best", fontsize=7, framealpha=0.85)
+    ax.set_xlabel(r"$\sigma_w$")
+    ax.set_ylabel(r"$\sigma_b$")
+    ax.set_xlim(xe[0], xe[-1])
+    ax.set_ylim(ye[0], ye[-1])
+    if title is None:
+        title = "Phase diagram: " + architecture_latex(pd.architecture)
+    ax.set_title(title, fontsize=10)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = _metadata(path.suffix.lower(), title, pd)
+        fig.savefig(path, dpi=dpi, metadata=meta)
+    return ax
+
+
+def _draw_chi_J(fig, ax, pd, xe, ye, cmap, limit):
+    """The mesh of log10 chi_J* on the symmetric scale of :func:`colour_range`, and its colour bar."""
+    from matplotlib.colors import Normalize
+
     lo, hi = colour_range(pd.chi_J, limit)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.log10(np.asarray(pd.chi_J, dtype=float))
@@ -233,70 +226,73 @@ def plot_phase_diagram(pd, ax=None, path=None, *, line=True, points=True, cmap="
     cbar.set_ticks(ticks, labels=tick_labels)
     cbar.minorticks_off()
     cbar.solids.set_rasterized(False)   # matplotlib rasterizes long colour bars; keep vector files all vector
+
+
+def _draw_points_without_phase(ax, pd, xe, ye) -> list:
+    """Divergent and undetermined points in hatched grey; returns their legend handles."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
     handles = []
-    phase = np.asarray(pd.phase)
+    phase, names = np.asarray(pd.phase), pd.phase_names()
     for code, (colour, hatch) in _NO_PHASE_STYLE.items():
         sel = phase == code
         if not sel.any():
             continue
+        name = str(names[sel][0])
         # pcolor (polygons) rather than pcolormesh: a QuadMesh does not draw hatching
         grey = ax.pcolor(xe, ye, np.ma.masked_where(~sel, np.ones(sel.shape)).T,
                          cmap=ListedColormap([colour]), hatch=hatch, edgecolor="0.3", linewidth=0.0)
-        grey.set_label(PHASES[code])
+        grey.set_label(name)
         handles.append(Patch(facecolor=colour, hatch=hatch, edgecolor="0.3",
-                             label=f"{PHASES[code]} ({int(sel.sum())} points)"))
-    if line and not pd.everywhere_critical:
-        for k, (x, y) in enumerate(_critical_line_xy(pd)):
-            (ln,) = ax.plot(x, y, "k-", lw=1.6, label=r"critical line $\chi_J^\star = 1$" if k == 0 else None)
-            ln.set_gid("critical line")
-            if k == 0:
-                handles.insert(0, ln)
-    if points and not pd.everywhere_critical:
-        from .solvers import critical_point
+                             label=f"{name} ({int(sel.sum())} points)"))
+    return handles
 
-        try:
-            cps = critical_point(pd.architecture).points
-        except (ValueError, RuntimeError):
-            cps = ()
-        inside = [p for p in cps if sw.min() <= p.sigma_w <= sw.max() and sb.min() <= p.sigma_b <= sb.max()]
-        if inside:
-            (mk,) = ax.plot([p.sigma_w for p in inside], [p.sigma_b for p in inside], ls="none", marker="*",
-                            ms=13, mfc="gold", mec="k", mew=0.8, zorder=5, clip_on=False,
-                            label=r"critical point $\chi_J^\star = \chi_K^\star = 1$")
-            mk.set_gid("critical points")
-            handles.insert(1 if handles and handles[0].get_gid() == "critical line" else 0, mk)
-    # phase names at the centre of each region (critical is a line: named in the legend)
+
+def _draw_critical_line(ax, pd, handles):
+    """The critical line chi_J* = 1 (:meth:`~meanfield.PhaseDiagram.critical_line_curves`, solved,
+    not read off the grid); its legend handle goes first in ``handles``."""
+    for k, (x, y) in enumerate(pd.critical_line_curves()):
+        (ln,) = ax.plot(x, y, "k-", lw=1.6, label=r"critical line $\chi_J^\star = 1$" if k == 0 else None)
+        ln.set_gid("critical line")
+        if k == 0:
+            handles.insert(0, ln)
+
+
+def _draw_critical_points(ax, pd, handles):
+    """The critical points chi_J* = chi_K* = 1 inside the grid as gold stars, not clipped at the
+    axes' edge; their legend handle goes after the critical line's."""
+    inside = pd.critical_points_inside()
+    if not inside:
+        return
+    (mk,) = ax.plot([p.sigma_w for p in inside], [p.sigma_b for p in inside], ls="none", marker="*",
+                    ms=13, mfc="gold", mec="k", mew=0.8, zorder=5, clip_on=False,
+                    label=r"critical point $\chi_J^\star = \chi_K^\star = 1$")
+    mk.set_gid("critical points")
+    handles.insert(1 if handles and handles[0].get_gid() == "critical line" else 0, mk)
+
+
+def _label_phases(ax, pd, sw, sb):
+    """The names of the ordered and chaotic regions at their centres (critical is a line: named in
+    the legend), or "critical everywhere" across the axes."""
     if pd.everywhere_critical:
         ax.text(0.5, 0.5, r"critical everywhere ($\chi_J^\star = 1$)", transform=ax.transAxes, ha="center",
                 va="center", fontsize=10, bbox=dict(boxstyle="round", fc="white", alpha=0.8), gid="phase label")
-    else:
-        SW, SB = np.meshgrid(sw, sb, indexing="ij")
-        for code in (-1, 1):
-            sel = phase == code
-            if sel.sum() < max(2, 0.03 * sel.size):
-                continue
-            # the region's point nearest its centroid, so the label sits inside it
-            cx, cy = SW[sel].mean(), SB[sel].mean()
-            sx = (sw.max() - sw.min()) or 1.0
-            sy = (sb.max() - sb.min()) or 1.0
-            d = ((SW[sel] - cx) / sx) ** 2 + ((SB[sel] - cy) / sy) ** 2
-            i = int(np.argmin(d))
-            ax.text(SW[sel][i], SB[sel][i], PHASES[code], ha="center", va="center", fontsize=10,
-                    bbox=dict(boxstyle="round", fc="white", alpha=0.75, lw=0.5), gid="phase label")
-    if handles:
-        ax.legend(handles=handles, loc="best", fontsize=7, framealpha=0.85)
-    ax.set_xlabel(r"$\sigma_w$")
-    ax.set_ylabel(r"$\sigma_b$")
-    ax.set_xlim(xe[0], xe[-1])
-    ax.set_ylim(ye[0], ye[-1])
-    if title is None:
-        title = "Phase diagram: " + architecture_latex(pd.architecture)
-    ax.set_title(title, fontsize=10)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        meta = _metadata(path.suffix.lower(), title, pd)
-        fig.savefig(path, dpi=dpi, metadata=meta)
-    return ax
+        return
+    phase, names = np.asarray(pd.phase), pd.phase_names()
+    SW, SB = np.meshgrid(sw, sb, indexing="ij")
+    for code in (-1, 1):
+        sel = phase == code
+        if sel.sum() < max(2, 0.03 * sel.size):
+            continue
+        # the region's point nearest its centroid, so the label sits inside it
+        cx, cy = SW[sel].mean(), SB[sel].mean()
+        sx = (sw.max() - sw.min()) or 1.0
+        sy = (sb.max() - sb.min()) or 1.0
+        d = ((SW[sel] - cx) / sx) ** 2 + ((SB[sel] - cy) / sy) ** 2
+        i = int(np.argmin(d))
+        ax.text(SW[sel][i], SB[sel][i], str(names[sel][i]), ha="center", va="center", fontsize=10,
+                bbox=dict(boxstyle="round", fc="white", alpha=0.75, lw=0.5), gid="phase label")
 
 
 def _metadata(suffix, title, pd) -> dict:

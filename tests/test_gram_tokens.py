@@ -201,7 +201,7 @@ def test_monte_carlo_ntk_is_a_hand_written_mixer(sb):
     Dense is T, the readout is the token mean."""
     torch = pytest.importorskip("torch")
     from meanfield.verification.gram import empirical_kernels
-    from meanfield.verification.montecarlo import _seed_for
+    from meanfield.verification._batched import _seed_for
 
     n, T, C, depth, sw, mu, seed = 3, 6, 10, 4, 0.9, 0.7, 5
     x = _images(n, T, 2, seed=8)

@@ -151,6 +151,23 @@ def test_no_legend_entry_without_a_line():
 
 
 @pytest.mark.slow
+def test_critical_line_and_points_are_those_inside_the_window(relu):
+    # what the figure draws, from the PhaseDiagram itself; ReLU: sigma_w = sqrt 2 for every sigma_b and
+    # one critical point at sigma_b = 0 (PJ eq. 99)
+    (x, y), = relu.critical_line_curves()
+    ok = np.isfinite(x)
+    assert ok.sum() >= 50 and np.allclose(x[ok], math.sqrt(2), rtol=1e-12)
+    assert np.nanmin(y) == pytest.approx(SB[0]) and np.nanmax(y) == pytest.approx(SB[-1])
+    (p,) = relu.critical_points_inside()
+    assert (p.sigma_w, p.sigma_b) == (pytest.approx(math.sqrt(2), rel=1e-12), 0.0)
+    # a window the line does not cross, and a bias range that excludes the point
+    ordered = mf.phase_diagram(activation="relu", sigma_w=[0.5, 0.8, 1.1], sigma_b=[0.0, 0.5])
+    assert ordered.critical_line_curves() == [] and ordered.critical_points_inside() == []
+    above = mf.phase_diagram(activation="relu", sigma_w=SW, sigma_b=[0.2, 0.6])
+    assert len(above.critical_line_curves()) == 1 and above.critical_points_inside() == []
+
+
+@pytest.mark.slow
 def test_divergent_and_undetermined_points_are_grey_hatched_and_labelled(relu):
     phase = relu.phase.copy()
     chi = relu.chi_J.copy()

@@ -7,7 +7,7 @@ import mpmath as mp
 import pytest
 
 import meanfield as mf
-from meanfield.solvers import lines
+from meanfield.solvers import _expansion
 
 
 ARCHS = [mf.Architecture(activation="erf"), mf.Architecture(activation="gelu"),
@@ -17,9 +17,9 @@ ARCHS = [mf.Architecture(activation="erf"), mf.Architecture(activation="gelu"),
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS, ids=str)
 def test_cached_derivatives_round_trip(arch):
-    spec = lines._derivatives_source(arch, 3)
-    fresh = lines._derivatives_load(spec)
-    again = lines._derivatives_load(json.loads(json.dumps(spec)))  # what a later process reads
+    spec = _expansion._derivatives_source(arch, 3)
+    fresh = _expansion._derivatives_load(spec)
+    again = _expansion._derivatives_load(json.loads(json.dumps(spec)))  # what a later process reads
     args = (mp.mpf("0.7"), mp.mpf("1.3"), mp.mpf("0.2"), mp.mpf(arch.mu or 0), mp.mpf(0))
     with mp.workdps(30):
         for name in ("F", "X"):
@@ -42,7 +42,7 @@ def _central(f, K, n, h):
 def test_cached_derivatives_are_derivatives(arch):
     """d^n F / dK^n from the cache against central differences of F itself (30 digits, so the
     step's rounding is negligible; the h^2 truncation ~1e-8 sets the tolerance)."""
-    fs = lines._derivatives_load(json.loads(json.dumps(lines._derivatives_source(arch, 3))))
+    fs = _expansion._derivatives_load(json.loads(json.dumps(_expansion._derivatives_source(arch, 3))))
     rest = (mp.mpf("1.3"), mp.mpf("0.2"), mp.mpf(0), mp.mpf(0))
     K, h = mp.mpf("0.7"), mp.mpf("1e-4")
     with mp.workdps(30):
@@ -59,23 +59,23 @@ def test_second_process_reads_the_cache(tmp_path, monkeypatch):
     series coefficients are the same numbers."""
     monkeypatch.setenv("MEANFIELD_CACHE_DIR", str(tmp_path))
     arch = mf.Architecture(activation="gelu")
-    lines._derivatives.cache_clear()
+    _expansion._derivatives.cache_clear()
     first = mf.critical_point(arch)
     files = list(tmp_path.glob("meanfield_expr_*.series3-v*.json"))
     assert len(files) == 1
-    lines._derivatives.cache_clear()
+    _expansion._derivatives.cache_clear()
 
     def refuse(*a, **k):
         raise AssertionError("re-derived although the cache holds the derivatives")
 
-    monkeypatch.setattr(lines, "_derivatives_source", refuse)
+    monkeypatch.setattr(_expansion, "_derivatives_source", refuse)
     second = mf.critical_point(arch)
     assert [(p.c2, p.c3, p.d1) for p in first] == [(p.c2, p.c3, p.d1) for p in second]
     # a damaged file is derived again, not an error
     files[0].write_text("{not json")
-    lines._derivatives.cache_clear()
+    _expansion._derivatives.cache_clear()
     monkeypatch.undo()
     monkeypatch.setenv("MEANFIELD_CACHE_DIR", str(tmp_path))
     third = mf.critical_point(arch)
     assert [(p.c2, p.c3, p.d1) for p in first] == [(p.c2, p.c3, p.d1) for p in third]
-    lines._derivatives.cache_clear()
+    _expansion._derivatives.cache_clear()

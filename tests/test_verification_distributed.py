@@ -20,7 +20,8 @@ distributed = pytest.importorskip("distributed")
 import meanfield as mf  # noqa: E402
 from meanfield.verification import autoinit_sweep, phase_diagram, run_suite  # noqa: E402
 from meanfield.verification import distributed as mfd  # noqa: E402
-from meanfield.verification.montecarlo import _bytes_per_init  # noqa: E402
+from meanfield.verification import _sharded  # noqa: E402
+from meanfield.verification._batched import _bytes_per_init  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -120,7 +121,7 @@ def test_deep_wide_float32_phase_diagram_on_cluster_is_bit_identical(client):
 @pytest.mark.slow
 def test_worker_budgets_respect_their_memory_limit(client):
     limits = client.run(lambda dask_worker: dask_worker.memory_manager.memory_limit)
-    budget = mfd._cluster_budget(client, "cpu")
+    budget = _sharded._cluster_budget(client, "cpu")
     assert 0 < budget <= 0.5 * min(limits.values())
 
 

@@ -1,10 +1,13 @@
 """Monte-Carlo estimators: exact vs Hutchinson, linear networks, theory, determinism, arguments."""
+import json
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import meanfield as mf  # noqa: E402
+from meanfield._serialize import load  # noqa: E402
 from meanfield.verification import monte_carlo, phase_diagram  # noqa: E402
 from meanfield.verification._theory import theory_profile  # noqa: E402
 
@@ -189,6 +192,12 @@ def test_monte_carlo_result_repr_and_round_trip(tmp_path):
     back = type(pd).load(pd.save(tmp_path / "pd.npz"))
     np.testing.assert_array_equal(back.chi_J, pd.chi_J)
     assert back.layer == pd.layer and back.architecture == pd.architecture
+    # a saved file names the class by the public module it is imported from, so that files load in
+    # every version (the class is defined in a private module)
+    for res, name in ((r, "MonteCarloResult"), (pd, "PhaseDiagramResult")):
+        path = res.save(tmp_path / f"{name}.json")
+        assert json.loads(path.read_text())["data"]["__result__"] == f"meanfield.verification.montecarlo.{name}"
+        assert type(load(path)) is type(res)
 
 
 @pytest.mark.slow

@@ -67,7 +67,7 @@ def test_case_files_are_valid():
         assert cases and all(c.get("kind", "profile") in KINDS for c in cases)
         # a torch_module case names a model instead of a spec (from_torch reads its tree)
         assert all(("arch" in c or c["kind"] == "torch_module") and "id" in c for c in cases)
-        from meanfield.verification.suite import _arch
+        from meanfield.verification._cases import _arch
 
         for c in cases:
             if "arch" in c:

@@ -168,3 +168,14 @@ def brentq(f, a, b, xtol=2e-12, rtol=8.881784197001252e-16, maxiter=100):
         if math.isnan(fcur):
             raise ValueError("f is NaN inside the bracket")
     return xcur
+
+
+def _expr(comp, which, K, W, T, Q=None):
+    """One compiled expression over flat arrays (NaN where W is NaN)."""
+    K, W, T = (np.ascontiguousarray(np.broadcast_to(a, np.broadcast(K, W, T).shape), dtype=np.float64).ravel()
+               for a in (K, W, T))
+    Q = np.zeros_like(K) if Q is None else np.ascontiguousarray(np.broadcast_to(Q, K.shape), dtype=np.float64)
+    out = np.empty(K.size)
+    comp.call("expr_grid", which, K, Q, W, T, comp.mu, comp.eps, out)
+    out[~np.isfinite(W)] = np.nan
+    return out

@@ -34,9 +34,10 @@ from .._serialize import Result
 from ..calculus import Architecture
 from .. import _fnindex as KN
 from .._validate import check_int, check_nonnegative, check_real
-from ._common import MAX_EXPONENT_DEPTH, ST_INF, ST_OK, prepare, variances
+from ._common import MAX_EXPONENT_DEPTH, ST_INF, ST_OK, _expr, prepare, variances
+from ._expansion import _derivatives, _polish_critical, _series, _uses_quadrature
 from .fixed import fixed_point_state
-from .lines import _derivatives, _expr, _polish_critical, _series, _xi
+from .lines import _xi, fixed_points
 
 __all__ = ["Exponents", "exponents"]
 
@@ -147,7 +148,6 @@ def _asymptotic_analytic_pair(comp, W, T):
     large-batch BatchNorm blocks, whose maps are affine in the state).
     """
     from .. import _fnindex as KN
-    from .lines import _expr
 
     def at(which, D):
         return float(_expr(comp, which, D, W, T, Q=0.0)[0])
@@ -365,14 +365,6 @@ def _at_critical_point(arch, comp, sw, sb, W, T, K0, depth, base, xi, K, chiJ, c
                      c2=c2, d1=d1, xi=xi, depth=L, K0=k0, note=note)
 
 
-def _uses_quadrature(arch) -> bool:
-    from ..gaussian import GaussianExpectation, GaussianExpectation2
-    from ..symbolic import recursion
-
-    rec = recursion(arch)
-    return any(e.has(GaussianExpectation, GaussianExpectation2) for e in (rec.kernel, rec.chi_J))
-
-
 def _near_critical_point(arch, comp, sw, sb, W, T, tol):
     """(K*, W*, T*, distance) of an exact critical point within ``tol`` of (sw, sb), or None.
 
@@ -426,7 +418,6 @@ def _critical_fixed_point(arch, comp, sw, sb, W, T):
     from scipy.optimize import brentq
 
     from .. import _fnindex as KN
-    from .lines import _expr, fixed_points
 
     for fp in fixed_points(arch, sw, sb):
         if np.isfinite(fp.K) and abs(fp.chi_K - 1.0) <= 1e-6 and abs(fp.chi_J - 1.0) <= 1e-6:

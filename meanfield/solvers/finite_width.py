@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _fnindex as KN
 from .._validate import check_nonnegative
-from ._common import require_point, as_output, prepare, variances
+from ._common import _expr, as_output, prepare, require_point, variances
 from .fixed import kernel_profile
 
 __all__ = ["chi_Delta", "l0_correction", "apjn_from_input"]
@@ -28,7 +28,6 @@ __all__ = ["chi_Delta", "l0_correction", "apjn_from_input"]
 
 def chi_Delta(arch=None, sigma_w=None, sigma_b=None, K=None, **arch_kwargs):
     """chi_Delta (Definition D.2) at kernel K (default: the unit input's K^1 = sigma_w^2 + sigma_b^2)."""
-    from .lines import _expr
 
     arch, comp = prepare(arch, arch_kwargs)
     sw, sb, W, T = variances(sigma_w, sigma_b)
@@ -43,7 +42,6 @@ def l0_correction(arch=None, sigma_w=None, sigma_b=None, N0=None, q0=1.0, **arch
     ``q0`` is |x|^2 / N_0 of the input (1 for the unit-norm input, whose K^1 is
     sigma_w^2 q0 + sigma_b^2).
     """
-    from .lines import _expr
 
     arch, comp = prepare(arch, arch_kwargs)
     if N0 is None:

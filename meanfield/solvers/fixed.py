@@ -20,8 +20,8 @@ import numpy as np
 
 from .._serialize import Result
 from ..calculus import Architecture
-from ._common import (DEFAULT_MAXITER, MAX_PROFILE_DEPTH, ST_INF, ST_NAN, ST_OK, ST_UNDEFINED, as_output, prepare,
-                      raise_for_status, variances)
+from ._common import (DEFAULT_MAXITER, MAX_PROFILE_DEPTH, ST_INF, ST_NAN, ST_OK, ST_UNDEFINED, _expr, as_output,
+                      prepare, raise_for_status, variances)
 from .._validate import as_float_array, broadcast_named, check_finite_array, check_int, check_nonnegative
 
 __all__ = ["KernelProfile", "KernelOverflowWarning", "kernel_profile", "fixed_point", "chi_J", "chi_K", "FixedPointState",
@@ -196,18 +196,33 @@ def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K
         depth = check_int("depth", depth, 1, MAX_PROFILE_DEPTH)
     need_pair = comp.pair if pair is None else (bool(pair) or comp.pair)
     if mu_arr is None and K12_0 is None and not need_pair:
-        # one point, the common case: plain floats, no numpy round trips (a few us)
-        sw, sb = _nonneg_scalar("sigma_w", sigma_w), _nonneg_scalar("sigma_b", sigma_b)
-        k0 = 0.0 if K0 is None else _nonneg_scalar("K0", K0)
-        if sw is not None and sb is not None and k0 is not None and sw < 1e154 and sb < 1e154:
-            W, T = sw * sw, sb * sb
-            if K0 is None:
-                k0 = W + T
-            if not (comp.normalises and k0 == 0.0):  # else: the 0/0 message of the general path
-                outK, outQ, outX = np.empty(depth), np.empty(depth), np.empty(depth)
-                if not comp.fast_call("profile", False, k0, 0.0, W, T, comp.mu, comp.eps, outK, outQ, outX):
-                    _check_profile(arch, comp, sw, sb, comp.mu, outK, outX)
-                return KernelProfile(arch, sw, sb, np.arange(1, depth + 1), outK, None, outX)
+        profile = _profile_at_one_point(arch, comp, sigma_w, sigma_b, K0, depth)
+        if profile is not None:
+            return profile
+    return _profile_on_grid(arch, comp, sigma_w, sigma_b, depth, K0, K12_0, need_pair, mu_arr)
+
+
+def _profile_at_one_point(arch, comp, sigma_w, sigma_b, K0, depth):
+    """kernel_profile at one point from plain floats, no numpy round trips (a few us), the common
+    case; None where the arguments are not finite scalars >= 0 or K0 = 0 meets a normalisation
+    (the general path, :func:`_profile_on_grid`, then validates them and says why)."""
+    sw, sb = _nonneg_scalar("sigma_w", sigma_w), _nonneg_scalar("sigma_b", sigma_b)
+    k0 = 0.0 if K0 is None else _nonneg_scalar("K0", K0)
+    if sw is None or sb is None or k0 is None or not (sw < 1e154 and sb < 1e154):
+        return None
+    W, T = sw * sw, sb * sb
+    if K0 is None:
+        k0 = W + T
+    if comp.normalises and k0 == 0.0:  # the 0/0 message of the general path
+        return None
+    outK, outQ, outX = np.empty(depth), np.empty(depth), np.empty(depth)
+    if not comp.fast_call("profile", False, k0, 0.0, W, T, comp.mu, comp.eps, outK, outQ, outX):
+        _check_profile(arch, comp, sw, sb, comp.mu, outK, outX)
+    return KernelProfile(arch, sw, sb, np.arange(1, depth + 1), outK, None, outX)
+
+
+def _profile_on_grid(arch, comp, sigma_w, sigma_b, depth, K0, K12_0, need_pair, mu_arr):
+    """kernel_profile on the broadcast of (sigma_w, sigma_b, K0, K12_0, mu): one compiled call."""
     sw, sb, W, T = variances(sigma_w, sigma_b)
     K0_given, Q_given = K0 is not None, K12_0 is not None
     K0, Q0, W, T = _initial(arch, K0, K12_0, W, T)
@@ -313,7 +328,6 @@ def _far_limit(comp, which, W, T, at_kinf):
     with p > 0.006). One-input states (the pair state's K12 moves with K).
     """
     from .._fnindex import KINF as _KINF
-    from .lines import _expr
 
     near = _expr(comp, which, math.sqrt(_KINF), W, T)
     grows = np.isfinite(at_kinf) & (np.abs(at_kinf) > 2.0 * np.abs(near))
@@ -381,7 +395,6 @@ def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None
     if lost.any():
         from .. import _fnindex as KN
         from .._fnindex import KINF as _KINF
-        from .lines import _expr
 
         for i in np.flatnonzero(lost):  # per point: mu may differ
             c = comp if mu_arr is None else comp.with_mu(float(flat[4][i]))

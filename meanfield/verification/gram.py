@@ -36,7 +36,7 @@ from .. import symbols as S
 from .._serialize import Result
 from .._validate import check_choice, check_int, check_real
 from ..calculus import Dense, as_architecture
-from .montecarlo import _seed_for, resolve_device
+from ._batched import _seed_for, resolve_device
 from ..torch.networks import Context, input_layer, realise
 
 __all__ = ["EmpiricalKernels", "empirical_kernels"]

@@ -41,50 +41,23 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from .._serialize import Result
-from .._validate import check_int, check_nonnegative, check_real
-from ..calculus import Architecture, as_architecture
-from ..torch.networks import PROBE_STREAMS, Context, input_layer, realise
+from .._validate import check_nonnegative, check_real
+from ..calculus import as_architecture
+# make_inputs and resolve_device stay public names of this module (__all__), as before the pass moved
+from ._batched import ESTIMATORS, _check_dtype, _check_int, _mean_se, _run, make_inputs, resolve_device  # noqa: F401
+from ._results import MonteCarloResult, PhaseDiagramResult
 
 __all__ = ["MonteCarloResult", "MonteCarloOverflowWarning", "PhaseDiagramResult", "monte_carlo", "phase_diagram",
            "resolve_device", "make_inputs"]
-
-ESTIMATORS = ("hutchinson", "exact")
-_EXACT_MAX_DIM = 8192
 
 
 # ---------------------------------------------------------------------------
 # Argument checks.
 # ---------------------------------------------------------------------------
-def resolve_device(device) -> torch.device:
-    """``None`` -> 'cuda' when available, else 'cpu'; ValueError for unknown or unavailable devices."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"device={device!r} is not a torch device; use None, 'cpu', 'cuda' or 'cuda:N'") from None
-    if dev.type == "cpu":
-        return dev
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r}: CUDA is not available on this machine (torch "
-                             f"{torch.__version__}); use device='cpu' or None")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s)")
-        return dev
-    raise ValueError(f"device={device!r} is not supported; use None, 'cpu', 'cuda' or 'cuda:N'")
-
-
-def _check_int(name, value, minimum):
-    return check_int(name, value, minimum)
-
-
 class MonteCarloOverflowWarning(RuntimeWarning):
     """K^l overflowed the floating-point type of a Monte-Carlo run (float32: 3.4e38)."""
 
@@ -126,326 +99,6 @@ def _flag_overflow(K, dtype):
                   "(overflow_layer in the result); use dtype=torch.float64, a smaller sigma_w or a smaller depth",
                   MonteCarloOverflowWarning, stacklevel=3)
     return l
-
-
-def _check_dtype(dtype):
-    if dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
-    return dtype
-
-
-def _seed_for(seed: int, *key: int) -> int:
-    return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, *key]).generate_state(1, np.uint64)[0]
-               % (2**63 - 1))
-
-
-# ---------------------------------------------------------------------------
-# Inputs.
-# ---------------------------------------------------------------------------
-def make_inputs(batch: int, tokens: int, input_dim: int, correlation: float = 0.0, seed: int = 0,
-                device="cpu", dtype=torch.float64, norm: float = 1.0):
-    """Inputs x of shape (batch, tokens, input_dim) with |x_bt|^2 / N0 = ``norm`` (default 1).
-
-    Overlaps x_bt . x_b't / N0 between different inputs (same token) are
-    exactly ``correlation`` when batch * tokens + tokens <= input_dim
-    (orthonormal directions, a shared one per token); otherwise the rows are
-    independent normalised Gaussians. Returns (x, realised mean overlap).
-    """
-    if not -1.0 / max(batch - 1, 1) <= correlation <= 1.0 or correlation < 0:
-        raise ValueError(f"input_correlation must be in [0, 1], got {correlation!r}")
-    gen = torch.Generator().manual_seed(_seed_for(seed, 2**31 - 1))
-    n_dirs = batch * tokens + tokens
-    if n_dirs <= input_dim:
-        A = torch.randn(input_dim, n_dirs, generator=gen, dtype=torch.float64)
-        Q, _ = torch.linalg.qr(A)  # orthonormal columns
-        U = Q.T.reshape(batch + 1, tokens, input_dim)
-        shared, own = U[0], U[1:]
-        x = math.sqrt(correlation) * shared.unsqueeze(0) + math.sqrt(1 - correlation) * own
-        x = x * math.sqrt(input_dim)
-    else:
-        x = torch.randn(batch, tokens, input_dim, generator=gen, dtype=torch.float64)
-        x = x * (math.sqrt(input_dim) / x.norm(dim=-1, keepdim=True))
-    x = x * math.sqrt(norm)
-    if batch >= 2:
-        gram = torch.einsum("btn,ctn->tbc", x, x) / (input_dim * norm)
-        off = ~torch.eye(batch, dtype=torch.bool)
-        overlap = float(gram[:, off].mean())
-    else:
-        overlap = float("nan")
-    return x.to(device=device, dtype=dtype), overlap
-
-
-# ---------------------------------------------------------------------------
-# Results.
-# ---------------------------------------------------------------------------
-@dataclass(repr=False)
-class MonteCarloResult(Result):
-    """Monte-Carlo estimates with standard errors over initialisations (numpy arrays).
-
-    Every array has length ``depth`` and entry ``[l-1]`` belongs to layer
-    l = 1..depth (``layers``), the indexing of
-    :func:`meanfield.kernel_profile`: ``K``, ``K_se``: K^l. ``K12``,
-    ``K12_se``: the mean off-diagonal kernel between different inputs (nan
-    when batch = 1). ``chi_J``, ``chi_J_se``: J^{l,l+1}, the block after
-    h^l (for l = depth measured across one extra block). ``J``, ``J_se``:
-    J^{l0,l} = prod_{l0 <= l' < l} chi_J[l'-1] in expectation. ``samples``
-    holds the per-initialisation estimates (first axis: initialisation,
-    second: layer) for bootstrap fits. ``save``/``load`` as every result
-    (:class:`meanfield._serialize.Result`).
-    """
-
-    architecture: Architecture
-    sigma_w: float
-    sigma_b: float
-    depth: int
-    width: int
-    n_init: int
-    batch: int
-    tokens: int
-    input_dim: int
-    input_overlap: float
-    input_norm: float
-    l0: int
-    estimator: str
-    n_probes: int
-    device: str
-    dtype: str
-    seed: int
-    K: np.ndarray
-    K_se: np.ndarray
-    K12: np.ndarray
-    K12_se: np.ndarray
-    chi_J: np.ndarray
-    chi_J_se: np.ndarray
-    J: np.ndarray
-    J_se: np.ndarray
-    seconds: float = 0.0
-    samples: dict = field(default_factory=dict, repr=False)
-    #: first layer l whose K^l overflowed the dtype (inf/NaN from there on; a
-    #: MonteCarloOverflowWarning was issued), 0 if none
-    overflow_layer: int = 0
-
-    @property
-    def layers(self) -> np.ndarray:
-        return np.arange(1, self.depth + 1)
-
-    def to_dict(self, samples: bool = False) -> dict:
-        out = {k: getattr(self, k) for k in ("sigma_w", "sigma_b", "depth", "width", "n_init", "batch",
-                                              "tokens", "input_dim", "input_overlap", "input_norm", "l0",
-                                              "estimator",
-                                              "n_probes", "device", "dtype", "seed", "seconds",
-                                              "overflow_layer")}
-        out["architecture"] = str(self.architecture)
-        for k in ("K", "K_se", "K12", "K12_se", "chi_J", "chi_J_se", "J", "J_se"):
-            out[k] = _jsonable(getattr(self, k))
-        if samples:
-            out["samples"] = {k: _jsonable(v) for k, v in self.samples.items()}
-        return out
-
-
-@dataclass(repr=False)
-class PhaseDiagramResult(Result):
-    """Monte-Carlo J^{layer,layer+1} on a grid: ``chi_J[i, j]`` at (sigma_w[i], sigma_b[j])."""
-
-    architecture: Architecture
-    sigma_w: np.ndarray
-    sigma_b: np.ndarray
-    depth: int
-    width: int
-    n_init: int
-    layer: int
-    chi_J: np.ndarray
-    chi_J_se: np.ndarray
-    K: np.ndarray
-    device: str
-    dtype: str
-    seed: int
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict:
-        return {"architecture": str(self.architecture), "sigma_w": _jsonable(self.sigma_w),
-                "sigma_b": _jsonable(self.sigma_b), "depth": self.depth, "width": self.width,
-                "n_init": self.n_init, "layer": self.layer, "chi_J": _jsonable(self.chi_J),
-                "chi_J_se": _jsonable(self.chi_J_se), "K": _jsonable(self.K), "device": self.device,
-                "dtype": self.dtype, "seed": self.seed, "seconds": self.seconds}
-
-
-def _jsonable(a):
-    a = np.asarray(a, dtype=np.float64)
-    return [None if not np.isfinite(v) else float(v) for v in a.ravel()] if a.ndim <= 1 else \
-        [_jsonable(row) for row in a]
-
-
-# ---------------------------------------------------------------------------
-# The batched pass.
-# ---------------------------------------------------------------------------
-def _probes(ctx: Context, R: int, B: int, T: int, N: int, exact: bool, coupled: bool, P: int, key=None):
-    """Tangent seeds (I, P, R, B, T, N): Gaussian probes or the identity basis.
-
-    Gaussian probes of kind ``key = (kind, layer)`` are their own random
-    stream, apart from the weights' (counter-based source: stream
-    ``2^31 + kind * 2^24 + layer`` of :mod:`._philox`; per-initialisation
-    generators: a generator seeded by (seed, i, kind, layer)), so the
-    weights of a network do not depend on which probes are requested
-    (monte_carlo and phase_diagram see the same networks for the same seed).
-    """
-    I = ctx.n_init
-    if not exact:
-        if ctx.generators is None:
-            kind, layer = key
-            v = ctx.stream(PROBE_STREAMS + (kind << 24) + layer, (R, B, T, N))
-        else:
-            v = torch.empty((I, R, B, T, N), device=ctx.device, dtype=ctx.dtype)
-            for j, i in enumerate(ctx.init_ids):
-                g = torch.Generator(device=ctx.device).manual_seed(_seed_for(ctx.seed, i, *key))
-                torch.randn((R, B, T, N), generator=g, out=v[j])
-        return v.unsqueeze(1).expand(I, P, R, B, T, N)
-    if coupled:  # basis over (B, T, N): cross-sample derivatives
-        eye = torch.eye(B * T * N, device=ctx.device, dtype=ctx.dtype).view(B * T * N, B, T, N)
-    else:  # the same basis vector in every input: J is block diagonal over the batch
-        eye = torch.eye(T * N, device=ctx.device, dtype=ctx.dtype).view(T * N, 1, T, N).expand(T * N, B, T, N)
-    R = eye.shape[0]
-    return eye.view(1, 1, R, B, T, N).expand(I, P, R, B, T, N)
-
-
-def _apjn(t: torch.Tensor, exact: bool) -> torch.Tensor:
-    """Per-(init, point) APJN from output tangents (I, P, R, B, T, N)."""
-    per = t.pow(2).sum(dim=(3, 4, 5)) / (t.shape[3] * t.shape[4] * t.shape[5])
-    return per.sum(2) if exact else per.mean(2)
-
-
-def _kernels(h: torch.Tensor):
-    """K (I, P) and mean off-diagonal K12 (I, P) of the primal (I, P, B, T, N)."""
-    I, P, B, T, N = h.shape
-    K = h.pow(2).mean(dim=(2, 3, 4))
-    if B < 2:
-        return K, torch.full_like(K, float("nan"))
-    flat = h.permute(0, 1, 3, 2, 4).reshape(I * P * T, B, N)
-    gram = torch.bmm(flat, flat.transpose(1, 2)) / N  # (IPT, B, B)
-    total = gram.sum(dim=(1, 2)) - gram.diagonal(dim1=1, dim2=2).sum(-1)
-    K12 = (total / (B * (B - 1))).view(I, P, T).mean(-1)
-    return K, K12
-
-
-def _context(params, device, dtype, seed, idx) -> Context:
-    """Random numbers of initialisations ``idx``: counter-based on the CPU, per-init generators on CUDA.
-
-    Both depend only on (seed, initialisation index), so a chunk or a shard
-    of initialisations draws exactly the rows the whole run draws there. On
-    the CPU one call fills a weight tensor for every initialisation of the
-    chunk (:mod:`._philox`); on CUDA each initialisation has its own device
-    generator (Philox on the device), seeded by (seed, i).
-    """
-    if torch.device(device).type == "cpu":
-        return Context(None, params, device, dtype, seed=seed, init_ids=idx)
-    gens = [torch.Generator(device=device).manual_seed(_seed_for(seed, i, 0)) for i in idx]
-    ctx = Context(gens, params, device, dtype, seed=seed)
-    ctx.init_ids = list(idx)  # the probes' generators are keyed by the global index
-    return ctx
-
-
-def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, estimator="hutchinson",
-         n_probes=1, l0=1, input_dim=None, tokens=None, input_correlation=0.0, input_norm=1.0, chi_layers=None,
-         track_J=True, track_K=True, init_chunk=None, progress=None, init_offset=0):
-    """Core pass. sw, sb: 1-d arrays of length P (paired). Returns per-init arrays.
-
-    Runs initialisations ``init_offset .. init_offset + n_init - 1`` (a shard of a
-    larger run: initialisation i draws from its own generators whatever the offset).
-    """
-    exact = estimator == "exact"
-    block = realise(arch)
-    # read from the tree: token axis (ResMLP, Mixer, any tree with token mixing),
-    # cross-sample coupling (BatchNorm)
-    T = (tokens or width) if arch.has_tokens else 1
-    coupled = arch.couples_batch
-    B = batch
-    N0 = input_dim or max(width, B * T + T)
-    x, overlap = make_inputs(B, T, N0, input_correlation, seed, device, dtype, input_norm)
-    P = len(sw)
-    params = {"sigma_w": sw, "sigma_b": sb, "mu": arch.mu if arch.mu is not None else 0.0,
-              "eps": arch.eps if arch.eps is not None else 1.0}
-    # J^{l,l+1} for every layer l = 1..depth: for l = depth one more block runs (its weights are drawn
-    # after every other block's, so the networks' layers 1..depth are unchanged by it)
-    chi_layers = set(range(1, depth + 1)) if chi_layers is None else set(chi_layers)
-    if exact:
-        dim = (B if coupled else 1) * T * width
-        if dim > _EXACT_MAX_DIM:
-            raise ValueError(f"estimator='exact' pushes {dim} basis tangents per layer; use width/tokens/batch "
-                             f"with (batch if BN) * tokens * width <= {_EXACT_MAX_DIM}, or 'hutchinson'")
-    if init_chunk is None:
-        init_chunk = _auto_chunk(P, B, T, width, n_probes if not exact else (B if coupled else 1) * T * width,
-                                 track_J, len(chi_layers) > 0, dtype, device)
-    inp = input_layer(width, "features")
-    K_all = np.full((n_init, P, depth), np.nan)
-    K12_all = np.full((n_init, P, depth), np.nan)
-    chi_all = np.full((n_init, P, depth), np.nan)
-    J_all = np.full((n_init, P, depth), np.nan)
-    for start in range(0, n_init, init_chunk):
-        idx = range(init_offset + start, init_offset + min(n_init, start + init_chunk))
-        ctx = _context(params, device, dtype, seed, idx)
-        sl = slice(start, start + len(idx))
-        with torch.no_grad():
-            z = inp(x.view(1, 1, 1, B, T, N0).expand(len(idx), 1, 1, B, T, N0), ctx)
-            R1 = 0
-            for l in range(1, depth + 1):
-                h = z[:, :, 0]
-                if track_K is True or (track_K and l in track_K):
-                    K, K12 = _kernels(h)
-                    K_all[sl, :, l - 1] = K.double().cpu().numpy()
-                    K12_all[sl, :, l - 1] = K12.double().cpu().numpy()
-                if track_J and R1 and l > l0:
-                    J_all[sl, :, l - 1] = _apjn(z[:, :, 1:1 + R1], exact).double().cpu().numpy()
-                if l == depth and l not in chi_layers:
-                    break
-                if l == depth and R1:  # past the last layer only J^{depth,depth+1} is wanted
-                    z, R1 = z[:, :, :1], 0
-                parts = [z]
-                if track_J and l == l0:
-                    J_all[sl, :, l - 1] = 1.0
-                if track_J and l == l0 and l < depth:
-                    cum = _probes(ctx, n_probes, B, T, width, exact, coupled, P, key=(2, l))
-                    R1 = cum.shape[2]
-                    parts.append(cum)
-                R2 = 0
-                if l in chi_layers:
-                    fresh = _probes(ctx, n_probes, B, T, width, exact, coupled, P, key=(1, l))
-                    R2 = fresh.shape[2]
-                    parts.append(fresh)
-                if len(parts) > 1:
-                    z = torch.cat(parts, dim=2)
-                z = block(z, ctx)
-                if R2:
-                    chi_all[sl, :, l - 1] = _apjn(z[:, :, 1 + R1:], exact).double().cpu().numpy()
-                    z = z[:, :, :1 + R1]
-                if progress is not None:
-                    progress(len(idx))
-                if l == depth:
-                    break
-    return dict(K=K_all, K12=K12_all, chi=chi_all, J=J_all, overlap=overlap, tokens=T, input_dim=N0)
-
-
-def _bytes_per_init(P, B, T, N, R, track_J, track_chi, dtype):
-    """Peak bytes of one initialisation in a pass over P points: ~6 live copies of z, weights."""
-    itemsize = 4 if dtype == torch.float32 else 8
-    S = 1 + (R if track_J else 0) + (R if track_chi else 0)
-    return itemsize * (P * S * B * T * N * 6 + 3 * (max(N, T) ** 2))
-
-
-def _auto_chunk(P, B, T, N, R, track_J, track_chi, dtype, device):
-    """Initialisations per pass so that the activations fit a memory budget."""
-    per_init = _bytes_per_init(P, B, T, N, R, track_J, track_chi, dtype)
-    if torch.device(device).type == "cuda":
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
-        budget = 0.5 * free
-    else:
-        budget = 2.0e9
-    return int(max(1, min(1024, budget // max(per_init, 1))))
-
-
-def _mean_se(a: np.ndarray, axis: int = 0):
-    n = a.shape[axis]
-    with np.errstate(invalid="ignore"):
-        return a.mean(axis), a.std(axis, ddof=1) / math.sqrt(n)
 
 
 def _positive(name, value):
@@ -537,15 +190,7 @@ def monte_carlo(arch, sigma_w=None, sigma_b=None, depth=10, width=256, n_init=32
     arch, depth, width, n_init, batch, dev, dtype, seed = _validate_common(
         arch, depth, width, n_init, batch, device, dtype, seed,
         dict(estimator=estimator, n_probes=n_probes, tokens=tokens, input_dim=input_dim))
-    from ..solvers._common import require_point
-
-    for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
-        if v is not None and np.ndim(v) != 0:
-            raise ValueError(f"{name} must be a scalar for monte_carlo (phase_diagram takes grids), got an "
-                             f"array of shape {np.shape(v)}")
-    sw = None if sigma_w is None else float(check_nonnegative("sigma_w", sigma_w))
-    require_point(sigma_w, sigma_b)
-    sb = float(check_nonnegative("sigma_b", sigma_b))
+    sw, sb = _scalar_point(sigma_w, sigma_b)
     check_real("input_correlation", input_correlation, minimum=0.0, maximum=1.0)
     _check_degenerate(arch, sw, sb, width, float(input_correlation))
     l0 = _check_int("l0", l0, 1)
@@ -559,17 +204,38 @@ def monte_carlo(arch, sigma_w=None, sigma_b=None, depth=10, width=256, n_init=32
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     seconds = time.perf_counter() - t0
-    K, K_se = _mean_se(raw["K"][:, 0])
-    K12, K12_se = _mean_se(raw["K12"][:, 0])
-    chi, chi_se = _mean_se(raw["chi"][:, 0])
-    J, J_se = _mean_se(raw["J"][:, 0])
-    J_se[l0 - 1] = 0.0
+    K, K_se, K12, K12_se, chi, chi_se, J, J_se = _layer_means(raw, l0)
     overflow = _flag_overflow(K, dtype)
     return MonteCarloResult(arch, sw, sb, depth, width, n_init, batch, raw["tokens"], raw["input_dim"],
                             raw["overlap"], float(input_norm), l0, estimator, n_probes, str(dev), str(dtype).replace("torch.", ""),
                             seed, K, K_se, K12, K12_se, chi, chi_se, J, J_se, seconds,
                             samples={"K": raw["K"][:, 0], "K12": raw["K12"][:, 0], "chi_J": raw["chi"][:, 0],
                                      "J": raw["J"][:, 0]}, overflow_layer=overflow)
+
+
+def _scalar_point(sigma_w, sigma_b):
+    """(sigma_w, sigma_b) of monte_carlo as floats: scalars >= 0, both given (ValueError naming the
+    argument otherwise; grids belong to phase_diagram)."""
+    from ..solvers._common import require_point
+
+    for name, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b)):
+        if v is not None and np.ndim(v) != 0:
+            raise ValueError(f"{name} must be a scalar for monte_carlo (phase_diagram takes grids), got an "
+                             f"array of shape {np.shape(v)}")
+    sw = None if sigma_w is None else float(check_nonnegative("sigma_w", sigma_w))
+    require_point(sigma_w, sigma_b)
+    return sw, float(check_nonnegative("sigma_b", sigma_b))
+
+
+def _layer_means(raw, l0):
+    """(K, K_se, K12, K12_se, chi_J, chi_J_se, J, J_se) over the initialisations of a one-point pass;
+    J^{l0,l0} = 1 exactly, so its standard error is 0."""
+    K, K_se = _mean_se(raw["K"][:, 0])
+    K12, K12_se = _mean_se(raw["K12"][:, 0])
+    chi, chi_se = _mean_se(raw["chi"][:, 0])
+    J, J_se = _mean_se(raw["J"][:, 0])
+    J_se[l0 - 1] = 0.0
+    return K, K_se, K12, K12_se, chi, chi_se, J, J_se
 
 
 def phase_diagram(arch, sigma_w, sigma_b, depth=50, width=500, n_init=100, batch=1, device=None, seed=0,
@@ -622,7 +288,7 @@ def phase_diagram(arch, sigma_w, sigma_b, depth=50, width=500, n_init=100, batch
     if layer > depth - 1:
         raise ValueError(f"layer must be <= depth - 1 ({depth - 1}), got {layer}")
     if client is not None:  # the same per-initialisation passes, as shards on a Dask cluster
-        from .distributed import phase_diagram_distributed
+        from ._sharded import phase_diagram_distributed
 
         return phase_diagram_distributed(client, arch, sw_axis, sb_axis, depth, width, n_init, batch, device, seed,
                                          dtype, layer=layer, n_probes=n_probes, input_dim=input_dim, tokens=tokens,
@@ -630,6 +296,13 @@ def phase_diagram(arch, sigma_w, sigma_b, depth=50, width=500, n_init=100, batch
                                          init_chunk=init_chunk, checkpoint=checkpoint, progress=progress)
     if checkpoint is not None:
         raise ValueError("checkpoint= is only used with client= (a Dask cluster); got client=None")
+    return _phase_diagram_here(arch, sw_axis, sb_axis, depth, width, n_init, batch, dev, seed, dtype, layer,
+                               n_probes, input_dim, tokens, input_correlation, init_chunk, point_chunk, progress)
+
+
+def _phase_diagram_here(arch, sw_axis, sb_axis, depth, width, n_init, batch, dev, seed, dtype, layer, n_probes,
+                        input_dim, tokens, input_correlation, init_chunk, point_chunk, progress):
+    """phase_diagram in this process (arguments checked): the grid in passes of ``point_chunk`` points."""
     SW, SB = np.meshgrid(sw_axis, sb_axis, indexing="ij")
     sw_flat, sb_flat = SW.ravel(), SB.ravel()
     Ptot = sw_flat.size
@@ -663,7 +336,7 @@ def phase_diagram(arch, sigma_w, sigma_b, depth=50, width=500, n_init=100, batch
 
         warnings.warn(f"K overflows {str(dtype).replace('torch.', '')} at layer {layer} for "
                       f"{int((~np.isfinite(Kl).all(0)).sum())} grid point(s): chi_J is inf or NaN there; use "
-                      "dtype=torch.float64 or smaller sigma_w / depth", MonteCarloOverflowWarning, stacklevel=2)
+                      "dtype=torch.float64 or smaller sigma_w / depth", MonteCarloOverflowWarning, stacklevel=3)
     return PhaseDiagramResult(arch, sw_axis, sb_axis, depth, width, n_init, layer, m.reshape(shape),
                               se.reshape(shape), Kl.mean(0).reshape(shape), str(dev),
                               str(dtype).replace("torch.", ""), seed, seconds)
