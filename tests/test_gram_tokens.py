@@ -16,7 +16,7 @@ import pytest
 import meanfield as mf
 from meanfield import kernels
 from meanfield.calculus import Architecture
-from meanfield.gram_tokens import token_state
+from meanfield.gram.tokens import token_state
 
 
 def _images(n, T, k, seed, norms=(0.7, 1.4)):

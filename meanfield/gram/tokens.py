@@ -106,7 +106,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import check_choice
+from .._validate import check_choice
 
 __all__ = ["token_kernels", "token_inputs", "token_state"]
 
@@ -144,8 +144,8 @@ def _sum_gap_fn():
     if _SUM_GAP is None:
         import sympy as sp
 
-        from .calculus import _sum_gap
-        from .gram import _lambdify
+        from ..calculus import _sum_gap
+        from . import _lambdify
 
         A1, A2, A12, gA, B1, B2, B12, gB = syms = sp.symbols("A1 A2 A12 gA B1 B2 B12 gB")
         e = _sum_gap(A1, A2, A12 / sp.sqrt(A1 * A2), gA, B1, B2, B12 / sp.sqrt(B1 * B2), gB)
@@ -213,13 +213,13 @@ class _Walk:
 
     def _num(self, e):
         import sympy as sp
-        from . import symbols as S
+        from .. import symbols as S
 
         v = sp.sympify(e).subs(dict(self.vals)).subs({S.sigma_w: self.sw, S.sigma_b: self.sb})
         return float(v)
 
     def walk(self, node, s: _State) -> _State:
-        from .calculus import (ActivationLayer, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost, LayerNormPre,
+        from ..calculus import (ActivationLayer, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost, LayerNormPre,
                                Residual, Scale, _short)
 
         if isinstance(node, Chain):
@@ -311,7 +311,7 @@ class _Walk:
         return _State(A, B, TA, TB, gaussian=True, G=G)
 
     def _activation(self, node, s):
-        from .gram import _NEAR, _cached, _compile_layers, _full
+        from . import _NEAR, _cached, _compile_layers, _full
 
         # the activation's pair map (K1, K2, K12, Theta12) -> (E[phi phi], E[phi' phi'] Theta12), compiled from
         # its gram rule: Activation.kernel / derivative_kernel, the same code as the MLP Gram matrices
@@ -346,7 +346,7 @@ class _Walk:
 
 def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False):
     """The state after depth - 1 blocks for images x (n, T, d), and the pooled diagonal per layer."""
-    from .gram import _values
+    from . import _values
 
     n, T, d = x.shape
     dots = np.einsum("atk,bsk->atbs", x, x)
@@ -369,7 +369,7 @@ def _initial_gap(x, dots, sw, sb):
     """The exact gap 1 - rho^2 of every pair of tokens after the input layer (meanfield.gram's rule: the rows'
     projected gap, then the input Dense layer's), or None when no pair of tokens is near (anti)parallel
     (nothing to carry; the walk is then the plain one)."""
-    from .gram import _NEAR, _input_gap, _naive_gap
+    from . import _NEAR, _input_gap, _naive_gap
 
     n, T, d = x.shape
     rows = x.reshape(n * T, d)
@@ -402,7 +402,7 @@ def token_state(arch, x, depth, sigma_w, sigma_b, parameterization="ntk", ntk=Tr
     analogues (None when ``ntk=False``); see the module notes. ``width`` is
     the channel fan-in of the standard parameterisation's NTK.
     """
-    from .calculus import as_architecture
+    from ..calculus import as_architecture
 
     spec = as_architecture(arch)
     check_choice("parameterization", parameterization, ("ntk", "standard"))

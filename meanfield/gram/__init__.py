@@ -149,9 +149,9 @@ from dataclasses import dataclass
 import numpy as np
 import sympy as sp
 
-from . import symbols as S
-from ._serialize import Result
-from ._validate import check_choice, check_int, check_real
+from .. import symbols as S
+from .._serialize import Result
+from .._validate import check_choice, check_int, check_real
 
 __all__ = ["Kernels", "kernels", "gram_map"]
 
@@ -276,7 +276,7 @@ def _half_powers(e, sqrt, memo):
 
 
 def _checked_spec(arch, tokens_ok=False):
-    from .calculus import as_architecture
+    from ..calculus import as_architecture
 
     spec = as_architecture(arch)
     if spec.has_tokens and not tokens_ok:
@@ -293,15 +293,15 @@ def _values(spec) -> tuple:
 
 
 def _lambdify(args, exprs):
-    from .gaussian import GaussianExpectation2
-    from .symbolic import _numeric_expectations
+    from ..gaussian import GaussianExpectation2
+    from ..symbolic import _numeric_expectations
 
     exprs = [_safe(e) for e in exprs]
     vectorised = {}
     if any(sp.sympify(e).has(GaussianExpectation2) for e in exprs):
         # two-point moments of products f(u) g(v) over whole arrays (the Hermite series with error
         # control, meanfield/_gram_quadrature.py) instead of one nested rule per entry
-        from ._gram_quadrature import vectorise_expectations
+        from .._gram_quadrature import vectorise_expectations
 
         exprs, vectorised = vectorise_expectations(exprs)
     exprs, namespace = _numeric_expectations(exprs)
@@ -323,7 +323,7 @@ def _compile_layers(layers: tuple, vals: tuple, parameterization: str, with_ntk:
     ``f(K1, K2, K12, Theta12, gap12, sigma_w, sigma_b, width) -> [K12', (Theta12',) gap12']``, the last
     entry missing (``f.carries_gap`` False) where a rule of the block has no exact gap map.
     """
-    from .calculus import GramSignal, _short
+    from ..calculus import GramSignal, _short
 
     out = GramSignal(_K1, _K2, _K12, _T12, parameterization=parameterization, width=_WIDTH,
                      gap=_GAP if gap else None)
@@ -348,7 +348,7 @@ _B1, _B2, _B12, _BT12 = sp.symbols("B1 B2 B12 BTheta12")
 @functools.lru_cache(maxsize=32)
 def _compile_combine(node, vals: tuple, with_ntk: bool):
     """A Residual's combination rule (``Residual.combine``) of branch (B..) and skip (K..) states, compiled."""
-    from .calculus import GramSignal
+    from ..calculus import GramSignal
 
     out = node.combine(GramSignal(_B1, _B2, _B12, _BT12), GramSignal(_K1, _K2, _K12, _T12))
     vals = dict(vals)
@@ -362,7 +362,7 @@ _GB, _GK = sp.symbols("gapB gapK")
 @functools.lru_cache(maxsize=32)
 def _compile_combine_gap(node, vals: tuple):
     """The gap of a Residual's combination (``Residual.combine``) of branch and skip states, compiled."""
-    from .calculus import GramSignal
+    from ..calculus import GramSignal
 
     out = node.combine(GramSignal(_B1, _B2, _B12, _BT12, gap=_GB), GramSignal(_K1, _K2, _K12, _T12, gap=_GK))
     return _lambdify((_K1, _K2, _K12, _GK, _B1, _B2, _B12, _GB), [sp.sympify(out.gap).subs(dict(vals))])
@@ -381,7 +381,7 @@ def _compiled(spec, parameterization: str, with_ntk: bool, gap: bool = False):
 
 
 def _couples(node) -> bool:
-    from .calculus import BatchNorm
+    from ..calculus import BatchNorm
 
     return any(isinstance(p, BatchNorm) for p in node.primitives())
 
@@ -458,7 +458,7 @@ class _BatchWalk:
         return S
 
     def walk(self, node, K, T):
-        from .calculus import BatchNorm, Chain, Residual, _short
+        from ..calculus import BatchNorm, Chain, Residual, _short
 
         if not _couples(node):
             return self.pair((node,), K, T)
@@ -637,7 +637,7 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     n_width = float(width) if width is not None else 1.0
     if spec.has_tokens:
         # token blocks (ResMLP, MLP-Mixer): images (n, T, d), the (nT) x (nT) state of meanfield.gram_tokens
-        from .gram_tokens import token_kernels
+        from .tokens import token_kernels
 
         K, Th, diag = token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, n_width, per_layer)
         return Kernels(spec, sw, sb, depth, parameterization, float(width) if width is not None else None,
@@ -700,7 +700,7 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     def input_layer_gap():
         # the pairs' gap 1 - rho^2 after the input layer, exact from the rows as given: the input Dense
         # layer's own gap rule (calculus._sum_gap) applied to (|x|^2, |x'|^2, x.x') / d and their exact gap
-        from .calculus import Dense
+        from ..calculus import Dense
 
         f_in = _cached(_compile_layers, (Dense(),), (), parameterization, False, False, True)
         with np.errstate(all="ignore"):
