@@ -22,7 +22,7 @@ Over the n images and T tokens, four (nT) x (nT) matrices, index (x, t):
 Per primitive (sw, sb the layer's scales; k, dk the activation's two-point
 maps ``Activation.kernel``, ``Activation.derivative_kernel`` evaluated at the
 variances diag(A) of the two entries, through the compiled pair map of
-:mod:`meanfield.gram`; "own" is the Dense layer's own NTK term as for MLPs):
+:mod:`meanfield.gram.pair_maps`; "own" is the Dense layer's own NTK term as for MLPs):
 
 =======================  =====================================  =====================================
 primitive                A, B                                   TA, TB
@@ -107,6 +107,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validate import check_choice
+from .pair_maps import _NEAR, _cached, _compile_layers, _full, _input_gap, _lambdify, _naive_gap, _values
 
 __all__ = ["token_kernels", "token_inputs", "token_state"]
 
@@ -145,7 +146,6 @@ def _sum_gap_fn():
         import sympy as sp
 
         from ..calculus import _sum_gap
-        from . import _lambdify
 
         A1, A2, A12, gA, B1, B2, B12, gB = syms = sp.symbols("A1 A2 A12 gA B1 B2 B12 gB")
         e = _sum_gap(A1, A2, A12 / sp.sqrt(A1 * A2), gA, B1, B2, B12 / sp.sqrt(B1 * B2), gB)
@@ -205,7 +205,7 @@ def _token_mean(M):
 
 
 class _Walk:
-    """The token tree applied to the state; activations through the pair maps of :mod:`meanfield.gram`."""
+    """The token tree applied to the state; activations through the compiled pair maps (``pair_maps``)."""
 
     def __init__(self, vals, parameterization, want_ntk, sw, sb, width):
         self.vals, self.param, self.ntk = vals, parameterization, want_ntk
@@ -311,8 +311,6 @@ class _Walk:
         return _State(A, B, TA, TB, gaussian=True, G=G)
 
     def _activation(self, node, s):
-        from . import _NEAR, _cached, _compile_layers, _full
-
         # the activation's pair map (K1, K2, K12, Theta12) -> (E[phi phi], E[phi' phi'] Theta12), compiled from
         # its gram rule: Activation.kernel / derivative_kernel, the same code as the MLP Gram matrices
         f = _cached(_compile_layers, (node,), (), self.param, True)
@@ -346,8 +344,6 @@ class _Walk:
 
 def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False):
     """The state after depth - 1 blocks for images x (n, T, d), and the pooled diagonal per layer."""
-    from . import _values
-
     n, T, d = x.shape
     dots = np.einsum("atk,bsk->atbs", x, x)
     A = sw**2 * dots / d + sb**2
@@ -366,11 +362,9 @@ def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=Fa
 
 
 def _initial_gap(x, dots, sw, sb):
-    """The exact gap 1 - rho^2 of every pair of tokens after the input layer (meanfield.gram's rule: the rows'
+    """The exact gap 1 - rho^2 of every pair of tokens after the input layer (the MLP Gram matrices' rule: the rows'
     projected gap, then the input Dense layer's), or None when no pair of tokens is near (anti)parallel
     (nothing to carry; the walk is then the plain one)."""
-    from . import _NEAR, _input_gap, _naive_gap
-
     n, T, d = x.shape
     rows = x.reshape(n * T, d)
     dd = dots.reshape(n * T, n * T)
