@@ -54,6 +54,17 @@ class PairWalk:
 
     def step(self):
         """One block: every pair through the pair map, the near ones through the gap map."""
+        n_near, Cn, Tn, da_out, db_out, kept = self._maps()
+        shape_a, shape_b = self.Ka.shape, self.Kb.shape
+        self.Ka, self.Kb = _full(da_out[0], shape_a), _full(db_out[0], shape_b)
+        self.C = self.pin(Cn, self.Ka)
+        if self.ntk:
+            self.Ta, self.Tb = _full(da_out[1], shape_a), _full(db_out[1], shape_b)
+            self.T = self.pin(Tn, self.Ta)
+        self._track(n_near, kept)
+
+    def _maps(self):
+        """The block's maps on the current state: (n_near, Cn, Tn, the diagonals' outputs da_out, db_out, kept)."""
         f, args, ntk, zero_T = self.f, self.args, self.ntk, self.zero_T
         C, T, Ka, Kb, Ta, Tb = self.C, self.T, self.Ka, self.Kb, self.Ta, self.Tb
         n_near = np.count_nonzero(self.near) if self.near is not None else 0
@@ -66,12 +77,7 @@ class PairWalk:
         db_out = da_out if self.same else f(Kb, Kb, Kb, Tb if ntk else zero_T, *args)
         if n_near:
             Cn, Tn, kept = self._near_step(full, Cn, Tn)
-        self.Ka, self.Kb = _full(da_out[0], Ka.shape), _full(db_out[0], Kb.shape)
-        self.C = self.pin(Cn, self.Ka)
-        if ntk:
-            self.Ta, self.Tb = _full(da_out[1], Ka.shape), _full(db_out[1], Kb.shape)
-            self.T = self.pin(Tn, self.Ta)
-        self._track(n_near, kept)
+        return n_near, Cn, Tn, da_out, db_out, kept
 
     def _near_step(self, full, Cn, Tn):
         """The near-(anti)parallel pairs through the map that carries the gap; (Cn, Tn, kept), kept the pairs
