@@ -20,7 +20,7 @@ MODULES = [
     ("meanfield.calculus", None),
     ("meanfield.symbolic", None),
     ("meanfield.gram", None),
-    ("meanfield.gram_tokens", ["token_state"]),
+    ("meanfield.gram.tokens", ["token_state"]),
     ("meanfield.gaussian", None),
     ("meanfield.solvers", None),
     ("meanfield.plotting", None),

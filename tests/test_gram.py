@@ -488,3 +488,23 @@ def test_cli(tmp_path):
                  "0", "--parameterization", "standard", "--out", str(out)]) == 2
     assert main(["kernels", "--inputs", str(tmp_path / "nope.npy"), "--depth", "3", "--sigma-w", "1",
                  "--sigma-b", "0", "--out", str(out)]) == 2
+
+
+def test_load_file_written_before_the_gram_subpackage(tmp_path):
+    """A Kernels file names its class "meanfield.gram.Kernels" (the path before meanfield/gram/ became a
+    subpackage, and the one saved now): written here by hand, it still loads, and a new save names the same."""
+    import json
+
+    nngp = [[2.0, 0.5], [0.5, 1.25]]
+    doc = {"meanfield_format": 1, "data": {"__result__": "meanfield.gram.Kernels", "fields": {
+        "architecture": "relu", "sigma_w": 1.5, "sigma_b": 0.25, "depth": 3, "parameterization": "ntk",
+        "width": None, "nngp": {"__ndarray__": [2.0, 0.5, 0.5, 1.25], "dtype": "float64", "shape": [2, 2]},
+        "ntk": None, "nngp_diag": None, "batch_n_eff": None}}}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    back = Kernels.load(path)
+    assert isinstance(back, Kernels)
+    assert (back.depth, back.sigma_w, back.parameterization, back.ntk) == (3, 1.5, "ntk", None)
+    np.testing.assert_array_equal(back.nngp, np.array(nngp))
+    saved = json.loads(back.save(tmp_path / "new.json").read_text())
+    assert saved["data"]["__result__"] == "meanfield.gram.Kernels"

@@ -161,7 +161,7 @@ def _mp_gap(name, K1, K2, gap, sign, dps=50):
 def test_kernel_gap_against_mpmath(name):
     import sympy as sp
 
-    from meanfield.gram import _lambdify
+    from meanfield.gram.pair_maps import _lambdify
 
     phi = mf.act(name, negative_slope=0.1).phi if name == "leaky_relu" else mf.act(name).phi
     K1, K2, K12, G = sp.symbols("K1 K2 K12 G", positive=True)
@@ -189,7 +189,7 @@ def test_gelu_kernel_gap_small_and_huge_K():
     # its part is O(1e-20) and known to ~1e-16 / 1e-10 relative from the rounded K's alone)
     import sympy as sp
 
-    from meanfield.gram import _lambdify
+    from meanfield.gram.pair_maps import _lambdify
 
     phi = mf.act("gelu").phi
     K1, K2, G = sp.symbols("K1 K2 G", positive=True)

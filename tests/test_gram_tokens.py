@@ -1,9 +1,9 @@
-"""Gram matrices over images for token blocks (ResMLP, MLP-Mixer): meanfield.gram_tokens.
+"""Gram matrices over images for token blocks (ResMLP, MLP-Mixer): meanfield.gram.tokens.
 
 Independent routes:
 * the per-token diagonal against the single-input recursions (numba
   ``kernel_profile`` of the pair-of-channels Mixer calculus; the pair-of-inputs
-  ResMLP calculus), which share none of gram_tokens' structural code;
+  ResMLP calculus), which share none of meanfield.gram.tokens' structural code;
 * a token tree without token mixing against the MLP Gram matrices of
   meanfield.gram on the flattened tokens (NNGP and NTK, both parameterisations;
   those were checked against neural-tangents);
@@ -16,7 +16,7 @@ import pytest
 import meanfield as mf
 from meanfield import kernels
 from meanfield.calculus import Architecture
-from meanfield.gram_tokens import token_state
+from meanfield.gram.tokens import token_state
 
 
 def _images(n, T, k, seed, norms=(0.7, 1.4)):

@@ -12,24 +12,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "meanfield"
 
-# Cycles and private imports that exist today and are being removed (issue 24).
-# The lists must match exactly: a new one fails, and so does one that is gone
-# but still listed (shrink the list when you remove one).
-KNOWN_CYCLES = {
-    frozenset(['meanfield.gram', 'meanfield.gram_tokens']),
-}
-KNOWN_PRIVATE_IMPORTS = {
-    ('meanfield.gram_tokens', 'meanfield.gram', '_NEAR'),
-    ('meanfield.gram_tokens', 'meanfield.gram', '_cached'),
-    ('meanfield.gram_tokens', 'meanfield.gram', '_compile_layers'),
-    ('meanfield.gram_tokens', 'meanfield.gram', '_full'),
-    ('meanfield.gram_tokens', 'meanfield.gram', '_input_gap'),
-    ('meanfield.gram_tokens', 'meanfield.gram', '_lambdify'),
-    ('meanfield.gram_tokens', 'meanfield.gram', '_naive_gap'),
-    ('meanfield.gram_tokens', 'meanfield.gram', '_values'),
-}
-
-
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -128,14 +110,10 @@ def test_the_graph_is_read():
 
 
 def test_no_import_cycles():
-    cycles = {tuple(sorted(c)) for c in import_cycles()}
-    known = {tuple(sorted(c)) for c in KNOWN_CYCLES}
-    assert cycles - known == set(), f"new import cycles: {sorted(cycles - known)}"
-    assert known - cycles == set(), f"cycles gone, remove them from KNOWN_CYCLES: {sorted(known - cycles)}"
+    cycles = sorted(sorted(c) for c in import_cycles())
+    assert cycles == [], f"import cycles (modules that import each other, directly or around a loop): {cycles}"
 
 
 def test_no_private_imports_across_modules():
-    found = private_imports()
-    assert found - KNOWN_PRIVATE_IMPORTS == set(), f"new private imports: {sorted(found - KNOWN_PRIVATE_IMPORTS)}"
-    gone = KNOWN_PRIVATE_IMPORTS - found
-    assert gone == set(), f"gone, remove from KNOWN_PRIVATE_IMPORTS: {sorted(gone)}"
+    found = sorted(private_imports())
+    assert found == [], f"private names imported from a module of another place (importer, module, name): {found}"

@@ -418,7 +418,7 @@ def _kind_gram(case, device, dtype):
     scaled by U(0.5, 2) (seeded), so the norms differ (or to |x|^2 = d with
     ``"equal_norms": true``). Token blocks (ResMLP, Mixer): ``n_inputs``
     images of ``tokens`` tokens, token t on its own input_dim // tokens
-    coordinates, readout the mean over the tokens (:mod:`meanfield.gram_tokens`). Compared: every entry
+    coordinates, readout the mean over the tokens (:mod:`meanfield.gram.tokens`). Compared: every entry
     of the first ``rows`` rows' block (default all), NNGP over initialisations
     and NTK by torch.func (:func:`~meanfield.verification.gram.empirical_kernels`),
     each with the suite's rule at l = depth (and the 1/batch term with
@@ -436,7 +436,7 @@ def _kind_gram(case, device, dtype):
     d = int(case["input_dim"])
     if arch.has_tokens:
         # token blocks: images (n, T, d), token t in its own d // T coordinates (tokens orthogonal across
-        # positions, the exact regime of meanfield.gram_tokens), each image scaled by U(0.5, 2)
+        # positions, the exact regime of meanfield.gram.tokens), each image scaled by U(0.5, 2)
         T = int(case["tokens"])
         k = d // T
         x = np.zeros((n, T, d))

@@ -6,7 +6,7 @@ initialisation from its own generator), on the given inputs:
 h^1 = W x + b, then depth - 1 blocks; the output is h^depth, of ``width``
 units. Token blocks (ResMLP, MLP-Mixer): the inputs are images (n, T, d), the
 input layer acts on each token (weights shared by the tokens), and the
-output is the mean of h^depth over the tokens (:mod:`meanfield.gram_tokens`).
+output is the mean of h^depth over the tokens (:mod:`meanfield.gram.tokens`).
 
 * Empirical NNGP: for each initialisation i,
   K_i(a, b) = (1/N) sum_k h_k(x_a) h_k(x_b) over the N output units; the
@@ -141,7 +141,7 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
         z = inp(x, ctx)
         for _ in range(depth - 1):
             z = block(z, ctx)
-        # (B, width); token blocks: the readout is the mean over the tokens (meanfield.gram_tokens)
+        # (B, width); token blocks: the readout is the mean over the tokens (meanfield.gram.tokens)
         return z[0, 0, 0].mean(-2) if tokens else z[0, 0, 0, :, 0, :]
 
     K_i, T_i = [], []

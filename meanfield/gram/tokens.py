@@ -22,7 +22,7 @@ Over the n images and T tokens, four (nT) x (nT) matrices, index (x, t):
 Per primitive (sw, sb the layer's scales; k, dk the activation's two-point
 maps ``Activation.kernel``, ``Activation.derivative_kernel`` evaluated at the
 variances diag(A) of the two entries, through the compiled pair map of
-:mod:`meanfield.gram`; "own" is the Dense layer's own NTK term as for MLPs):
+:mod:`meanfield.gram.pair_maps`; "own" is the Dense layer's own NTK term as for MLPs):
 
 =======================  =====================================  =====================================
 primitive                A, B                                   TA, TB
@@ -106,7 +106,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import check_choice
+from .._validate import check_choice
+from .pair_maps import _NEAR, _cached, _compile_layers, _full, _input_gap, _lambdify, _naive_gap, _values
 
 __all__ = ["token_kernels", "token_inputs", "token_state"]
 
@@ -144,8 +145,7 @@ def _sum_gap_fn():
     if _SUM_GAP is None:
         import sympy as sp
 
-        from .gap import sum_gap
-        from .gram import _lambdify
+        from ..gap import sum_gap
 
         A1, A2, A12, gA, B1, B2, B12, gB = syms = sp.symbols("A1 A2 A12 gA B1 B2 B12 gB")
         e = sum_gap(A1, A2, A12 / sp.sqrt(A1 * A2), gA, B1, B2, B12 / sp.sqrt(B1 * B2), gB)
@@ -205,7 +205,7 @@ def _token_mean(M):
 
 
 class _Walk:
-    """The token tree applied to the state; activations through the pair maps of :mod:`meanfield.gram`."""
+    """The token tree applied to the state; activations through the compiled pair maps (``pair_maps``)."""
 
     def __init__(self, vals, parameterization, want_ntk, sw, sb, width):
         self.vals, self.param, self.ntk = vals, parameterization, want_ntk
@@ -213,14 +213,14 @@ class _Walk:
 
     def _num(self, e):
         import sympy as sp
-        from . import symbols as S
+        from .. import symbols as S
 
         v = sp.sympify(e).subs(dict(self.vals)).subs({S.sigma_w: self.sw, S.sigma_b: self.sb})
         return float(v)
 
     def walk(self, node, s: _State) -> _State:
-        from .layers import (ActivationLayer, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost, LayerNormPre,
-                             Residual, Scale, short)
+        from ..layers import (ActivationLayer, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost, LayerNormPre,
+                              Residual, Scale, short)
 
         if isinstance(node, Chain):
             for p in node.layers:
@@ -311,8 +311,6 @@ class _Walk:
         return _State(A, B, TA, TB, gaussian=True, G=G)
 
     def _activation(self, node, s):
-        from .gram import _NEAR, _cached, _compile_layers, _full
-
         # the activation's pair map (K1, K2, K12, Theta12) -> (E[phi phi], E[phi' phi'] Theta12), compiled from
         # its gram rule: Activation.kernel / derivative_kernel, the same code as the MLP Gram matrices
         f = _cached(_compile_layers, (node,), (), self.param, True)
@@ -346,8 +344,6 @@ class _Walk:
 
 def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False):
     """The state after depth - 1 blocks for images x (n, T, d), and the pooled diagonal per layer."""
-    from .gram import _values
-
     n, T, d = x.shape
     dots = np.einsum("atk,bsk->atbs", x, x)
     A = sw**2 * dots / d + sb**2
@@ -366,11 +362,9 @@ def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=Fa
 
 
 def _initial_gap(x, dots, sw, sb):
-    """The exact gap 1 - rho^2 of every pair of tokens after the input layer (meanfield.gram's rule: the rows'
+    """The exact gap 1 - rho^2 of every pair of tokens after the input layer (the MLP Gram matrices' rule: the rows'
     projected gap, then the input Dense layer's), or None when no pair of tokens is near (anti)parallel
     (nothing to carry; the walk is then the plain one)."""
-    from .gram import _NEAR, _input_gap, _naive_gap
-
     n, T, d = x.shape
     rows = x.reshape(n * T, d)
     dd = dots.reshape(n * T, n * T)
@@ -402,7 +396,7 @@ def token_state(arch, x, depth, sigma_w, sigma_b, parameterization="ntk", ntk=Tr
     analogues (None when ``ntk=False``); see the module notes. ``width`` is
     the channel fan-in of the standard parameterisation's NTK.
     """
-    from .calculus import as_architecture
+    from ..calculus import as_architecture
 
     spec = as_architecture(arch)
     check_choice("parameterization", parameterization, ("ntk", "standard"))
