@@ -34,7 +34,7 @@ from .._serialize import Result
 from ..calculus import Architecture
 from .. import _fnindex as KN
 from .._validate import check_int, check_nonnegative, check_real
-from ._common import MAX_EXPONENT_DEPTH, ST_INF, ST_OK, prepare, variances
+from ._common import MAX_EXPONENT_DEPTH, ST_INF, ST_OK, prepare, require_computable, variances
 from .fixed import fixed_point_state
 from .lines import _derivatives, _expr, _polish_critical, _series, _xi
 
@@ -381,6 +381,8 @@ def _near_critical_point(arch, comp, sw, sb, W, T, tol):
     Newton on (K, W, T) for F = K, chi_J = chi_K = 1 and kept if the point is
     within tol (relative) of (sw, sb).
     """
+    require_computable("exponents", arch, comp, 1e-12, 1e10,
+                       "critical_tol=0 skips this search for a nearby exact critical point.")
     grid = np.concatenate([[0.0], np.logspace(-12, 10, 1601)])
     g = np.empty(grid.size)
     comp.call("g_grid", grid, 0.0, W, T, comp.mu, comp.eps, g)
