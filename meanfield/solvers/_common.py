@@ -125,18 +125,21 @@ def _has_quadrature(path) -> bool:
     return "_quad1_" in Path(path).read_text() or "_expect2_" in Path(path).read_text()
 
 
-def require_computable(what, arch, comp, K_lo, K_hi, hint=""):
+def require_computable(what, arch, comp, K_lo, K_hi, hint="", Ks=None):
     """ConvergenceError before a scan over K* in [K_lo, K_hi] where the recursion cannot be evaluated.
 
     Only recursions with a quadrature are probed (closed forms are finite where defined): F, chi_J
     and chi_K at (sigma_w, sigma_b) = (1, 0.5), at :data:`PROBE_PER_DECADE` K per decade from K_lo
-    up, stopping at the first that is not finite (``_kernels.first_uncomputable``). The expectations
-    depend on K only, so a K where they fail fails at every (sigma_w, sigma_b) the scan visits.
+    up (or at the sorted ``Ks`` given), stopping at the first that is not finite
+    (``_kernels.first_uncomputable``). The expectations depend on K only, so a K where they fail
+    fails at every (sigma_w, sigma_b) the scan visits.
     """
     if not _has_quadrature(str(comp.path)):
         return
-    n = max(2, int(math.ceil(PROBE_PER_DECADE * math.log10(K_hi / K_lo))) + 1)
-    Ks = np.logspace(math.log10(K_lo), math.log10(K_hi), n)
+    if Ks is None:
+        n = max(2, int(math.ceil(PROBE_PER_DECADE * math.log10(K_hi / K_lo))) + 1)
+        Ks = np.logspace(math.log10(K_lo), math.log10(K_hi), n)
+    Ks = np.ascontiguousarray(Ks, dtype=np.float64)
     i = comp.call("first_uncomputable", Ks, 1.0, 0.25, comp.mu, comp.eps)
     if i >= 0:
         raise ConvergenceError(

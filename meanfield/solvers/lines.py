@@ -310,6 +310,10 @@ def _parametric(arch, comp, K_star, regime):
     shape = Ks.shape
     flat = Ks.ravel()
     order = np.argsort(flat, kind="stable")
+    positive = flat[order][flat[order] > 0]   # K* = 0 of a normalising block is 0/0 (NaN there, as before)
+    if positive.size:
+        require_computable("critical_line", arch, comp, 0.0, float(positive[-1]), "Pass K_star below that K.",
+                           Ks=positive)
     outW, outT = np.empty(flat.size), np.empty(flat.size)
     outS = np.empty(flat.size, dtype=np.int64)
     comp.call("parametric_many", np.ascontiguousarray(flat[order]), comp.mu, comp.eps, outW, outT, outS)
