@@ -122,7 +122,8 @@ def _has_quadrature(path) -> bool:
     """Whether the generated module evaluates a Gaussian expectation by quadrature (no closed form)."""
     from pathlib import Path
 
-    return "_quad1_" in Path(path).read_text() or "_expect2_" in Path(path).read_text()
+    source = Path(path).read_text()
+    return "_quad1_" in source or "_expect2_" in source
 
 
 def require_computable(what, arch, comp, K_lo, K_hi, hint="", Ks=None):
