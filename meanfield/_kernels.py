@@ -418,6 +418,27 @@ def roots_scan(fns, Ks, Q, W, T, mu, eps, out):
     return n
 
 
+@njit(**_JIT)
+def first_uncomputable(fns, Ks, W, T, mu, eps):
+    """Index of the first K in ``Ks`` (ascending) where F, chi_J or chi_K is not finite; -1 if none.
+
+    The scans over K* (the critical line's table to K* = 1e12, the critical
+    point's candidates, the fixed points' grid) evaluate the recursion at
+    every K of their range thousands of times; where a Gaussian expectation
+    of a user activation cannot be computed there (its quadrature does not
+    converge: sin(sqrt(K) z) beyond K ~ 1e7), each of those evaluations runs
+    the quadrature to its last level (~0.3 s for sin here) and the scan runs
+    for hours. The solvers ask this first, at a few K per decade, and refuse.
+    Stops at the first failure: at most 3 len(Ks) evaluations (one-input states).
+    """
+    for i in range(Ks.shape[0]):
+        K = Ks[i]
+        if not (_isfinite(fns(KERNEL, K, 0.0, W, T, mu, eps)) and _isfinite(fns(CHI_J, K, 0.0, W, T, mu, eps))
+                and _isfinite(fns(CHI_K, K, 0.0, W, T, mu, eps))):
+            return i
+    return -1
+
+
 # ---------------------------------------------------------------------------
 # Depth profiles.
 # ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from ..calculus import as_architecture
 
 __all__ = ["ConvergenceError", "prepare", "require_point", "variances", "raise_for_status", "ST_OK", "ST_INF",
            "ST_MAXITER", "ST_NAN", "ST_CYCLE", "ST_UNDEFINED", "DEFAULT_MAXITER", "MAX_PROFILE_DEPTH",
-           "MAX_EXPONENT_DEPTH"]
+           "MAX_EXPONENT_DEPTH", "require_computable", "uses_quadrature"]
 
 # status codes of meanfield/_kernels.py
 ST_OK, ST_INF, ST_MAXITER, ST_NAN, ST_CYCLE = 0, 1, 2, 3, 4
@@ -111,6 +111,44 @@ def raise_for_status(what, arch, status, sw, sb, errors="raise"):
             f"{what} for {arch} failed at sigma_w={sw.ravel()[i]:.17g}, sigma_b={sb.ravel()[i]:.17g} "
             f"({int(bad.sum())} of {bad.size} points): {_WHY[st]}. Pass errors='nan' to get NaN there.")
     return bad
+
+
+#: K per decade at which :func:`require_computable` probes the recursion before a scan over K*
+PROBE_PER_DECADE = 4
+
+
+def uses_quadrature(arch) -> bool:
+    """Whether the recursion of ``arch`` holds a Gaussian expectation without a closed form
+    (each mpmath evaluation of it is then a quadrature, ~1 s per point)."""
+    from ..gaussian import GaussianExpectation, GaussianExpectation2
+    from ..symbolic import recursion
+
+    rec = recursion(arch)
+    return any(e.has(GaussianExpectation, GaussianExpectation2) for e in (rec.kernel, rec.chi_J))
+
+
+def require_computable(what, arch, comp, K_lo, K_hi, hint="", Ks=None):
+    """ConvergenceError before a scan over K* in [K_lo, K_hi] where the recursion cannot be evaluated.
+
+    Only recursions with a quadrature are probed (closed forms are finite where defined): F, chi_J
+    and chi_K at (sigma_w, sigma_b) = (1, 0.5), at :data:`PROBE_PER_DECADE` K per decade from K_lo
+    up (or at the sorted ``Ks`` given), stopping at the first that is not finite
+    (``_kernels.first_uncomputable``). The expectations depend on K only, so a K where they fail
+    fails at every (sigma_w, sigma_b) the scan visits.
+    """
+    if not uses_quadrature(arch):
+        return
+    if Ks is None:
+        n = max(2, int(math.ceil(PROBE_PER_DECADE * math.log10(K_hi / K_lo))) + 1)
+        Ks = np.logspace(math.log10(K_lo), math.log10(K_hi), n)
+    Ks = np.ascontiguousarray(Ks, dtype=np.float64)
+    i = comp.call("first_uncomputable", Ks, 1.0, 0.25, comp.mu, comp.eps)
+    if i >= 0:
+        raise ConvergenceError(
+            f"{what} for {arch} needs the recursion at K* up to {K_hi:.3g}, but it cannot be evaluated at "
+            f"K = {Ks[i]:.3g}: a Gaussian expectation of the activation did not converge there (the quadrature "
+            f"halves its step at most 10 times; an integrand that oscillates in h, such as sin(sqrt(K) z), is "
+            f"not resolved at large K).{(' ' + hint) if hint else ''}")
 
 
 def as_output(arr, shape):

@@ -15,16 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..calculus import Architecture
-
-
-def _uses_quadrature(arch) -> bool:
-    """Whether the recursion of ``arch`` holds a Gaussian expectation without a closed form
-    (each mpmath evaluation of it is then a quadrature, ~1 s per point)."""
-    from ..gaussian import GaussianExpectation, GaussianExpectation2
-    from ..symbolic import recursion
-
-    rec = recursion(arch)
-    return any(e.has(GaussianExpectation, GaussianExpectation2) for e in (rec.kernel, rec.chi_J))
+from ._common import uses_quadrature
 
 
 @lru_cache(maxsize=64)
@@ -175,7 +166,7 @@ def _polish_critical(arch, K, W, T):
     """
     import mpmath as mp
 
-    if not (np.isfinite(K) and K > 0 and W > 0 and T >= 0) or _uses_quadrature(arch):
+    if not (np.isfinite(K) and K > 0 and W > 0 and T >= 0) or uses_quadrature(arch):
         return K, W, T
     try:
         fs = _derivatives(arch, 3)   # the order _series uses: one derivation, one cache file

@@ -34,8 +34,9 @@ from .._serialize import Result
 from ..calculus import Architecture
 from .. import _fnindex as KN
 from .._validate import check_int, check_nonnegative, check_real
-from ._common import MAX_EXPONENT_DEPTH, ST_INF, ST_OK, _expr, prepare, variances
-from ._expansion import _derivatives, _polish_critical, _series, _uses_quadrature
+from ._common import (MAX_EXPONENT_DEPTH, ST_INF, ST_OK, _expr, prepare, require_computable, uses_quadrature,
+                      variances)
+from ._expansion import _derivatives, _polish_critical, _series
 from .fixed import fixed_point_state
 from .lines import _xi, fixed_points
 
@@ -347,7 +348,7 @@ def _at_critical_point(arch, comp, sw, sb, W, T, K0, depth, base, xi, K, chiJ, c
     # corrections to the local exponents decay like kappa log(l)/l with
     # kappa = 1 + c3/c2^2: iterate deep enough for the fit to resolve them
     kappa = abs(1.0 + c3 / c2 ** 2) if n_lead == 2 else 1.0
-    L = depth or (2 ** 23 if kappa > 100 else (2 ** 14 if _uses_quadrature(arch) else 2 ** 17))
+    L = depth or (2 ** 23 if kappa > 100 else (2 ** 14 if uses_quadrature(arch) else 2 ** 17))
     if not np.isfinite(k0):
         return Exponents(**base, regime="critical point", zeta_K=nan, zeta=nan, zeta_K_numeric=nan,
                          zeta_numeric=nan, c2=c2, d1=d1, xi=xi,
@@ -373,6 +374,8 @@ def _near_critical_point(arch, comp, sw, sb, W, T, tol):
     Newton on (K, W, T) for F = K, chi_J = chi_K = 1 and kept if the point is
     within tol (relative) of (sw, sb).
     """
+    require_computable("exponents", arch, comp, 1e-12, 1e10,
+                       "critical_tol=0 skips this search for a nearby exact critical point.")
     grid = np.concatenate([[0.0], np.logspace(-12, 10, 1601)])
     g = np.empty(grid.size)
     comp.call("g_grid", grid, 0.0, W, T, comp.mu, comp.eps, g)

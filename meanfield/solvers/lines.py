@@ -23,7 +23,7 @@ from .. import _fnindex as KN
 from .._validate import check_nonnegative, check_real
 from .._serialize import Result
 from ..calculus import Architecture
-from ._common import ST_INF, ST_OK, _expr, prepare, variances
+from ._common import ST_INF, ST_OK, _expr, prepare, require_computable, variances
 from ._expansion import _polish_critical, _series
 from .fixed import fixed_point_state
 
@@ -268,6 +268,8 @@ def _line_table(arch: Architecture):
     found by the direct scan over sigma_b instead).
     """
     comp = prepare(arch, {})[1]
+    require_computable("critical_line", arch, comp, 1e-8, 1e12,
+                       "critical_line(..., K_star=[...]) gives the line at fixed points K* you choose.")
     Ks = np.concatenate([[0.0], np.logspace(-8, 12, 2001)])
 
     def solve(K):
@@ -307,6 +309,10 @@ def _parametric(arch, comp, K_star, regime):
     shape = Ks.shape
     flat = Ks.ravel()
     order = np.argsort(flat, kind="stable")
+    positive = flat[order][flat[order] > 0]   # K* = 0 of a normalising block is 0/0 (NaN there, as before)
+    if positive.size:
+        require_computable("critical_line", arch, comp, 0.0, float(positive[-1]), "Pass K_star below that K.",
+                           Ks=positive)
     outW, outT = np.empty(flat.size), np.empty(flat.size)
     outS = np.empty(flat.size, dtype=np.int64)
     comp.call("parametric_many", np.ascontiguousarray(flat[order]), comp.mu, comp.eps, outW, outT, outS)
@@ -384,6 +390,7 @@ def fixed_points(arch=None, sigma_w=None, sigma_b=None, K_max=1e10, _known=(), *
     K_max = _check_K_max(K_max, 1e-6, 1e50)
     sw, sb, W, T = variances(sigma_w, sigma_b)
     W, T = float(W), float(T)
+    require_computable("fixed_points", arch, comp, 1e-12, K_max, "Pass a smaller K_max to scan below it.")
     grid = np.concatenate([[0.0], np.logspace(-12, np.log10(K_max), 1601)])
     g = np.empty(grid.size)
     comp.call("g_grid", grid, 0.0, W, T, comp.mu, comp.eps, g)
@@ -544,6 +551,7 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
 def _critical_candidates(arch, comp, K_max):
     """(K*, W, T) where chi_K - 1 changes sign along the parametric line (K* NaN: the whole
     line is one point of fixed points, scale-invariant maps)."""
+    require_computable("critical_point", arch, comp, 1e-8, K_max, "Pass a smaller K_max to scan below it.")
     Ks = np.concatenate([[0.0], np.logspace(-8, np.log10(K_max), 641)])
     outW, outT = np.empty(Ks.size), np.empty(Ks.size)
     outS = np.empty(Ks.size, dtype=np.int64)
