@@ -52,6 +52,7 @@ def _expected(module: str) -> list[str]:
     return names
 
 
+@pytest.mark.slow   # imports every public module: sympy, numba, torch, dask (~4 s of CPU)
 def test_api_reference_lists_every_public_name_once():
     """docs/api.rst has one entry per name of ``__all__`` of each public module, and no other."""
     import meanfield
@@ -77,7 +78,7 @@ def _text(page: Path) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", page.read_text())))
 
 
-@pytest.mark.slow   # ~60 s of CPU: autodoc over ~170 names, 8 notebooks, the pages
+@pytest.mark.slow   # ~30 s of CPU (100+ s wall on a loaded 2-core machine): autodoc over ~170 names, 8 notebooks
 def test_site_builds_without_warnings(tmp_path):
     """``python -m sphinx -W -b html docs ...`` succeeds, and the pages hold what autodoc and myst-nb made."""
     pytest.importorskip("sphinx", reason="the documentation site needs the docs extra: pip install \".[docs]\"")
