@@ -159,8 +159,8 @@ __all__ = ["Kernels", "kernels", "gram_map"]
 
 # The public names carry their public path, wherever in the subpackage they are defined: a saved result names
 # its class by module.qualname (meanfield._serialize) and is loaded by importing that module, so files written
-# before meanfield/gram/ was split ("meanfield.gram.Kernels") and after it name the same, and docs/api.md
-# points to this module's section
+# before meanfield/gram/ was split ("meanfield.gram.Kernels") and after it name the same, and the API
+# reference (docs/api.rst) documents them here
 for _public in (Kernels, kernels, gram_map):
     _public.__module__ = __name__
 del _public
