@@ -234,3 +234,25 @@ def test_mixer_exactness_needs_uncorrelated_tokens():
         erf.mixer_limit_is_exact(0.0, token_overlap=2.0)
     with pytest.raises(ValueError, match="sigma_b"):
         erf.mixer_limit_is_exact(float("nan"))
+
+
+def test_solvers_warn_where_the_mixer_recursion_is_approximate():
+    """The known gap above is said at the call: ApproximationWarning where mixer_limit_is_exact is False
+    (a bias, or a non-odd activation), pointing at the caller's line; none in the exact regime."""
+    import warnings
+
+    gelu = Architecture("gelu", block="mixer", mu=0.5)
+    erf = Architecture("erf", block="mixer", mu=0.5)
+    with pytest.warns(mf.ApproximationWarning, match="not odd") as record:
+        mf.chi_J(gelu, sigma_w=1.3, sigma_b=0.0)
+    assert record[0].filename == __file__
+    with pytest.warns(mf.ApproximationWarning, match="sigma_b = 0.2"):
+        mf.fixed_point(erf, sigma_w=1.3, sigma_b=0.2)
+    with pytest.warns(mf.ApproximationWarning, match="1 of the 2"):
+        mf.kernel_profile(erf, sigma_w=1.3, sigma_b=[0.0, 0.2], depth=3)
+    with pytest.warns(mf.ApproximationWarning, match="sigma_b > 0"):
+        mf.critical_line(erf, sigma_w=[1.0, 1.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mf.chi_J(erf, sigma_w=1.3, sigma_b=0.0)                            # the exact regime: silent
+        mf.chi_J(Architecture("gelu", mu=0.5), sigma_w=1.3, sigma_b=0.2)   # not a Mixer: silent

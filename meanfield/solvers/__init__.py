@@ -9,7 +9,7 @@ point needs both ``sigma_w`` and ``sigma_b`` (ValueError naming the missing
 one). Every result is a :class:`meanfield._serialize.Result`: a short repr,
 ``to_dict()``, ``save(path)`` (.json, .npz, .csv) and ``Class.load(path)``.
 """
-from ._common import ConvergenceError
+from ._common import ApproximationWarning, ConvergenceError
 from .fixed import (FixedPointState, KernelProfile, chi_J, chi_K, fixed_point, fixed_point_state,
                     kernel_profile)
 from .exponents import Exponents, exponents
@@ -20,6 +20,7 @@ from .lines import (PHASE_CHAOTIC, PHASE_CRITICAL, PHASE_DIVERGENT, PHASE_ORDERE
                     phase_diagram)
 
 __all__ = [
+    "ApproximationWarning",
     "ConvergenceError",
     "CriticalLine",
     "CriticalPoint",

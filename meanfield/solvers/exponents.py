@@ -35,7 +35,7 @@ from ..calculus import Architecture
 from .. import _fnindex as KN
 from .._validate import check_int, check_nonnegative, check_real
 from ._common import (MAX_EXPONENT_DEPTH, ST_INF, ST_OK, _expr, prepare, require_computable, uses_quadrature,
-                      variances)
+                      variances, warn_if_approximate)
 from ._expansion import _derivatives, _polish_critical, _series
 from .fixed import fixed_point_state
 from .lines import _xi, fixed_points
@@ -197,6 +197,7 @@ def exponents(arch=None, sigma_w=None, sigma_b=None, K0=None, depth=None, critic
         tolerance; ``sigma_w``, ``sigma_b`` of the result are the exact ones.
     """
     arch, comp = prepare(arch, arch_kwargs)
+    warn_if_approximate("exponents", arch, sigma_b)
     sw, sb, W, T, depth, K0 = _exponent_arguments(sigma_w, sigma_b, K0, depth, critical_tol)
     sw, sb, W, T, K, chiJ, chiK, status, pre_note = _locate_fixed_point(arch, comp, sw, sb, W, T, K0,
                                                                         float(critical_tol))

@@ -21,7 +21,7 @@ import numpy as np
 from .._serialize import Result
 from ..calculus import Architecture
 from ._common import (DEFAULT_MAXITER, MAX_PROFILE_DEPTH, ST_INF, ST_NAN, ST_OK, ST_UNDEFINED, _expr, as_output,
-                      prepare, raise_for_status, variances)
+                      prepare, raise_for_status, variances, warn_if_approximate)
 from .._validate import as_float_array, broadcast_named, check_finite_array, check_int, check_nonnegative
 
 __all__ = ["KernelProfile", "KernelOverflowWarning", "kernel_profile", "fixed_point", "chi_J", "chi_K", "FixedPointState",
@@ -192,6 +192,7 @@ def kernel_profile(arch=None, sigma_w=None, sigma_b=None, depth=None, K0=None, K
     arch, comp = prepare(arch, arch_kwargs)
     if sigma_w is None or sigma_b is None or depth is None:
         raise ValueError("kernel_profile needs sigma_w, sigma_b and depth")
+    warn_if_approximate("kernel_profile", arch, sigma_b)
     if not (type(depth) is int and 1 <= depth <= MAX_PROFILE_DEPTH):
         depth = check_int("depth", depth, 1, MAX_PROFILE_DEPTH)
     need_pair = comp.pair if pair is None else (bool(pair) or comp.pair)
@@ -359,6 +360,7 @@ def fixed_point_state(arch=None, sigma_w=None, sigma_b=None, K0=None, K12_0=None
     arch, arch_kwargs, mu_arr = _residual_strengths(arch, arch_kwargs)
     arch, comp = prepare(arch, arch_kwargs)
     sw, sb, W, T = variances(sigma_w, sigma_b)
+    warn_if_approximate("the fixed point (K*, chi_J*, chi_K*)", arch, sb)
     K0_given, Q_given = K0 is not None, K12_0 is not None
     K0, Q0, W, T = _initial(arch, K0, K12_0, W, T)
     mu = np.asarray(comp.mu if mu_arr is None else mu_arr, dtype=np.float64)

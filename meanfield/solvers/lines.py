@@ -23,7 +23,7 @@ from .. import _fnindex as KN
 from .._validate import check_nonnegative, check_real
 from .._serialize import Result
 from ..calculus import Architecture
-from ._common import ST_INF, ST_OK, _expr, prepare, require_computable, variances
+from ._common import ST_INF, ST_OK, _expr, prepare, require_computable, variances, warn_if_approximate
 from ._expansion import _polish_critical, _series
 from .fixed import fixed_point_state
 
@@ -144,6 +144,7 @@ def critical_line(arch=None, sigma_w=None, sigma_b=None, K_star=None, **arch_kwa
     mu = 1) return NaN with ``everywhere_critical=True``.
     """
     arch, comp = prepare(arch, arch_kwargs)
+    warn_if_approximate("critical_line", arch, sigma_b)
     given = [n for n, v in (("sigma_w", sigma_w), ("sigma_b", sigma_b), ("K_star", K_star)) if v is not None]
     if len(given) != 1:
         raise ValueError("critical_line needs exactly one of sigma_w=, sigma_b= or K_star= "
@@ -381,6 +382,7 @@ def fixed_points(arch=None, sigma_w=None, sigma_b=None, K_max=1e10, _known=(), *
     K = inf (its basin the inputs above that root).
     """
     arch, comp = prepare(arch, arch_kwargs)
+    warn_if_approximate("fixed_points", arch, sigma_b)
     if comp.pair:
         raise ValueError(f"fixed_points enumerates one-input maps; {arch} carries a pair state (BatchNorm): "
                          "use fixed_point / fixed_point_state")
@@ -529,6 +531,7 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
     second, stable fixed point below it).
     """
     arch, comp = prepare(arch, arch_kwargs)
+    warn_if_approximate("critical_point", arch)
     K_max = _check_K_max(K_max, 1e-7, 1e15)
     regime = _regime(arch)
     if regime == "everywhere_critical":
@@ -820,6 +823,7 @@ def phase_diagram(arch=None, sigma_w=None, sigma_b=None, tol=1e-9, errors="nan",
         raise ValueError("phase_diagram needs 1-D arrays sigma_w= and sigma_b=")
     sw = check_nonnegative("sigma_w", sigma_w)
     sb = check_nonnegative("sigma_b", sigma_b)
+    warn_if_approximate("phase_diagram", arch, sb)
     if sw.ndim != 1 or sb.ndim != 1 or sw.size == 0 or sb.size == 0:
         raise ValueError(f"phase_diagram takes non-empty 1-D sigma_w and sigma_b grids, got shapes "
                          f"{sw.shape} and {sb.shape}")
