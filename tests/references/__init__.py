@@ -16,13 +16,14 @@ module keeps locally only what is particular to it.
 * :mod:`.gram_small_K`: tensor Gauss-Hermite two-point moments and the Gram recursion at small K.
 * ``mp_smooth2`` (tests/conftest.py fixture): the 2-D trapezoid reference for smooth integrands.
 """
-from .closed_forms import (d2gelu, derf, dgelu, erf_critical_sigma_b, erf_dphi2, erf_one, erf_pair, erf_phi2,
-                           gelu, gelu_cond, gelu_critical_line, gelu_one, gelu_pair, scale_invariant_pair)
+from .closed_forms import (d2gelu, d3gelu, d4gelu, derf, dgelu, erf_cond, erf_critical_sigma_b, erf_dphi2, erf_one, erf_pair, erf_phi2,
+                           gelu, gelu_cond, gelu_critical_line, gelu_one, gelu_pair, relu_cond, scale_invariant_pair)
 from .gaussian import expect, expect_conditional, ncdf, npdf
-from .solves import GELU_CUTS, erf_critical_line, gelu_critical_point, mlp_fixed_point
+from .solves import (WIDE_CUTS, erf_critical_line, gelu_critical_point, gelu_expansion, gelu_maps,
+                     mlp_fixed_point)
 
 __all__ = [
-    "GELU_CUTS", "d2gelu", "derf", "dgelu", "erf_critical_line", "erf_critical_sigma_b", "erf_dphi2", "erf_one",
+    "WIDE_CUTS", "d2gelu", "d3gelu", "d4gelu", "derf", "dgelu", "erf_cond", "erf_critical_line", "erf_critical_sigma_b", "erf_dphi2", "erf_one",
     "erf_pair", "erf_phi2", "expect", "expect_conditional", "gelu", "gelu_cond", "gelu_critical_line",
-    "gelu_critical_point", "gelu_one", "gelu_pair", "mlp_fixed_point", "ncdf", "npdf", "scale_invariant_pair",
+    "gelu_critical_point", "gelu_expansion", "gelu_maps", "gelu_one", "gelu_pair", "mlp_fixed_point", "ncdf", "npdf", "relu_cond", "scale_invariant_pair",
 ]

@@ -29,6 +29,16 @@ def d2gelu(x):
     return mp.npdf(x) * (2 - x * x)
 
 
+def d3gelu(x):
+    """GELU''', phi(x) (x^3 - 4x)."""
+    return mp.npdf(x) * (x ** 3 - 4 * x)
+
+
+def d4gelu(x):
+    """GELU'''', phi(x) (-x^4 + 7x^2 - 4)."""
+    return mp.npdf(x) * (-x ** 4 + 7 * x * x - 4)
+
+
 def derf(x):
     """erf'(x) = (2 / sqrt pi) exp(-x^2)."""
     return 2 / mp.sqrt(mp.pi) * mp.exp(-x * x)
@@ -83,6 +93,21 @@ def erf_pair(K1, K2, K12):
 def erf_one(K):
     """erf: (E[erf^2], E[erf]) = ((2/pi) arcsin(2K/(1+2K)), 0)."""
     return erf_phi2(K), mp.mpf(0)
+
+
+def relu_cond(m, s):
+    """(E[relu(v)], E[relu'(v)]) for v ~ N(m, s^2): (m Phi(m/s) + s phi(m/s), Phi(m/s));
+    s = 0: (max(m, 0), [m > 0])."""
+    if s == 0:
+        return max(m, mp.mpf(0)), mp.mpf(m > 0)
+    return m * ncdf(m / s) + s * npdf(m / s), ncdf(m / s)
+
+
+def erf_cond(m, s):
+    """(E[erf(v)], E[erf'(v)]) for v ~ N(m, s^2), a = 1 + 2 s^2:
+    (erf(m / sqrt a), (2 / sqrt pi) exp(-m^2 / a) / sqrt a)."""
+    a = 1 + 2 * s * s
+    return mp.erf(m / mp.sqrt(a)), 2 / mp.sqrt(mp.pi) * mp.exp(-m * m / a) / mp.sqrt(a)
 
 
 def gelu_cond(m, s):

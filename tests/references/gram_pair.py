@@ -22,7 +22,8 @@ on the formulas alone.
 """
 import mpmath as mp
 
-from .closed_forms import erf_one, erf_pair, gelu_cond, gelu_one, gelu_pair, scale_invariant_pair
+from .closed_forms import (derf, erf_cond, erf_one, erf_pair, gelu_cond, gelu_one, gelu_pair, relu_cond,
+                           scale_invariant_pair)
 from .gaussian import expect_conditional, ncdf, npdf
 
 
@@ -126,18 +127,14 @@ def check_closed_forms(points, dps=40):
     """max relative difference between the closed forms above and conditional-expectation quadrature."""
     worst = mp.mpf(0)
     with mp.workdps(dps):
-        relu_cond = lambda m, s: (m * ncdf(m / s) + s * npdf(m / s)) if s > 0 else max(m, 0)   # noqa: E731
-        step_cond = lambda m, s: ncdf(m / s) if s > 0 else mp.mpf(m > 0)                      # noqa: E731
-        erf_cond = lambda m, s: mp.erf(m / mp.sqrt(1 + 2 * s * s))                               # noqa: E731
-        derf_cond = lambda m, s: 2 / mp.sqrt(mp.pi) * mp.exp(-m * m / (1 + 2 * s * s)) / mp.sqrt(1 + 2 * s * s)  # noqa
         for K1, K2, K12 in points:
             K1, K2, K12 = mp.mpf(K1), mp.mpf(K2), mp.mpf(K12)
             M, D = scale_invariant_pair(1, 0)[0](K1, K2, K12)
-            Mq = expect_conditional(lambda u: max(u, 0), relu_cond, K1, K2, K12)
-            Dq = expect_conditional(lambda u: mp.mpf(u > 0), step_cond, K1, K2, K12)
+            Mq = expect_conditional(lambda u: max(u, 0), lambda m, s: relu_cond(m, s)[0], K1, K2, K12)
+            Dq = expect_conditional(lambda u: mp.mpf(u > 0), lambda m, s: relu_cond(m, s)[1], K1, K2, K12)
             M2, D2 = erf_pair(K1, K2, K12)
-            M2q = expect_conditional(mp.erf, erf_cond, K1, K2, K12)
-            D2q = expect_conditional(lambda u: 2 / mp.sqrt(mp.pi) * mp.exp(-u * u), derf_cond, K1, K2, K12)
+            M2q = expect_conditional(mp.erf, lambda m, s: erf_cond(m, s)[0], K1, K2, K12)
+            D2q = expect_conditional(derf, lambda m, s: erf_cond(m, s)[1], K1, K2, K12)
             M3, D3 = gelu_pair(K1, K2, K12)
             M3q, D3q = _gelu_pair_quad(K1, K2, K12)
             for a, b in ((M, Mq), (D, Dq), (M2, M2q), (D2, D2q), (M3, M3q), (D3, D3q)):
