@@ -1,4 +1,4 @@
-"""Near-parallel pairs: meanfield.kernels against the 50-digit mpmath recursion (tests/_gram_mp_reference.py).
+"""Near-parallel pairs: meanfield.kernels against the 50-digit mpmath recursion (tests/references/gram_pair.py).
 
 Run as ``python benchmarks/gram_near_parallel.py [--json=FILE]`` (not part of pytest; ~1 min). For every
 activation (ReLU, leaky ReLU 0.1, erf, GELU) and block (plain, ln_pre, ln_post, residual mu = 0.8,
@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import meanfield as mf  # noqa: E402
-import _gram_mp_reference as R  # noqa: E402
+import references.gram_pair as R  # noqa: E402
 
 SW, SB, WIDTH, MU = 1.4, 0.3, 1000.0, 0.8
 DEPTHS = (1, 11, 32)

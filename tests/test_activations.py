@@ -25,6 +25,7 @@ import pytest
 import sympy as sp
 
 import meanfield as mf
+import references as R
 from meanfield.gaussian import expect, expect2
 from meanfield.symbolic import lambdify
 from meanfield.symbols import x
@@ -47,14 +48,10 @@ def mpf(v):
 
 
 def gauss(f, K, dps=DPS, kinks=()):
-    """E[f(h)], h ~ N(0, K), as int f(sqrt(K) z) phi(z) dz split at z = 0 (mpmath).
-
-    ``kinks``: further h where f is not smooth (split points).
-    """
+    """E[f(h)], h ~ N(0, K), at ``dps`` digits (tests/references: split at z = 0 and at ``kinks``,
+    further h where f is not smooth); K may be an exact sympy number."""
     with mp.workdps(dps):
-        s = mp.sqrt(mpf(K))
-        pts = sorted({mp.mpf(0)} | {mp.mpf(k) / s for k in kinks})
-        return mp.quad(lambda z: f(s * z) * mp.exp(-z * z / 2), [-mp.inf] + pts + [mp.inf]) / mp.sqrt(2 * mp.pi)
+        return R.expect(f, mpf(K), kinks=kinks)
 
 
 def by_parts(d1, K, dps=40):
@@ -76,24 +73,16 @@ def close(got, ref, rtol, atol=0):
 # Hand-written activations: phi, phi', phi'', phi''' (mpmath), and the
 # conditional means G(a, b) = E_z[psi(a + b z)], z ~ N(0, 1), b > 0, for psi = phi, phi'.
 # ---------------------------------------------------------------------------
-def npdf(t):
-    return mp.exp(-t * t / 2) / mp.sqrt(2 * mp.pi)
-
-
-def ncdf(t):
-    return mp.ncdf(t)
-
-
 def scale_invariant(ap, am):
     """a_+ h Theta(h) + a_- h Theta(-h); slopes as strings, read at the working precision."""
     A = lambda: mp.mpf(ap)  # noqa: E731
     B = lambda: mp.mpf(am)  # noqa: E731
 
     def cond(a, b):  # E[am (a+bz) + d relu(a+bz)] = am a + d (a Phi(a/b) + b phi(a/b)), d = ap - am
-        return B() * a + (A() - B()) * (a * ncdf(a / b) + b * npdf(a / b))
+        return B() * a + (A() - B()) * (a * R.ncdf(a / b) + b * R.npdf(a / b))
 
     def dcond(a, b):  # E[am + d Theta(a+bz)] = am + d Phi(a/b)
-        return B() + (A() - B()) * ncdf(a / b)
+        return B() + (A() - B()) * R.ncdf(a / b)
 
     return dict(
         phi=lambda h: A() * h if h >= 0 else B() * h,
@@ -110,28 +99,18 @@ def erf_activation():
         d1=lambda h: c() * mp.exp(-h * h),
         d2=lambda h: -2 * h * c() * mp.exp(-h * h),
         d3=lambda h: (4 * h * h - 2) * c() * mp.exp(-h * h),
-        # E[erf(a + bz)] = erf(a / sqrt(1 + 2b^2))
-        cond=lambda a, b: mp.erf(a / mp.sqrt(1 + 2 * b * b)),
-        # E[c exp(-(a+bz)^2)] = c exp(-a^2/(1+2b^2)) / sqrt(1+2b^2)
-        dcond=lambda a, b: c() * mp.exp(-a * a / (1 + 2 * b * b)) / mp.sqrt(1 + 2 * b * b),
+        # E[erf(a + bz)] = erf(a / sqrt(1 + 2b^2)), E[c exp(-(a+bz)^2)] = c exp(-a^2/(1+2b^2)) / sqrt(1+2b^2)
+        cond=lambda a, b: R.erf_cond(a, b)[0],
+        dcond=lambda a, b: R.erf_cond(a, b)[1],
         smooth=True)
 
 
 def gelu_activation():
-    def cond(a, b):  # E[(a+bz) Phi(a+bz)] = a Phi(a/s) + b^2 phi(a/s) / s, s = sqrt(1+b^2)
-        s = mp.sqrt(1 + b * b)
-        return a * ncdf(a / s) + b * b * npdf(a / s) / s
-
-    def dcond(a, b):  # E[Phi(a+bz) + (a+bz) phi(a+bz)] = Phi(a/s) + a phi(a/s) / s^3
-        s = mp.sqrt(1 + b * b)
-        return ncdf(a / s) + a * npdf(a / s) / s**3
-
     return dict(
-        phi=lambda h: h * ncdf(h),
-        d1=lambda h: ncdf(h) + h * npdf(h),
-        d2=lambda h: (2 - h * h) * npdf(h),
-        d3=lambda h: (h**3 - 4 * h) * npdf(h),
-        cond=cond, dcond=dcond, smooth=True)
+        phi=R.gelu, d1=R.dgelu, d2=R.d2gelu, d3=R.d3gelu,
+        # E[(a+bz) Phi(a+bz)] and E[Phi(a+bz) + (a+bz) phi(a+bz)], z ~ N(0, 1)
+        cond=lambda a, b: R.gelu_cond(a, b)[0], dcond=lambda a, b: R.gelu_cond(a, b)[1],
+        smooth=True)
 
 
 CLOSED = {

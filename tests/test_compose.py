@@ -92,7 +92,7 @@ def test_json_user_activation_and_numbers():
     assert mf.from_json(mf.to_json(lk)) == lk
 
 
-def test_new_composition_not_in_the_menu():
+def test_composition_outside_the_menu():
     # pre-LN *and* post-LN in one branch: layer_norm reads its position
     net = mf.Network(mf.residual(mf.layer_norm(), mf.act("erf"), mf.layer_norm(), mf.dense(), mf.scale(0.5)),
                      mu=0.8)

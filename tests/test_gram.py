@@ -17,48 +17,22 @@ import numpy as np
 import pytest
 
 import meanfield as mf
+import references as R
 from meanfield.gram import Kernels, kernels
 
 
 # ---------------------------------------------------------------------------
 # The mpmath reference (independent of the package's formulas).
 # ---------------------------------------------------------------------------
-def _phi(z):
-    return mp.exp(-z * z / 2) / mp.sqrt(2 * mp.pi)
-
-
-def _Phi(z):
-    return mp.erfc(-z / mp.sqrt(2)) / 2
-
-
-def _act(name, u):
-    if name == "relu":
-        return max(u, 0), (mp.mpf(1) if u > 0 else mp.mpf(0))
-    return mp.erf(u), 2 / mp.sqrt(mp.pi) * mp.exp(-u * u)
-
-
-def _cond(name, m, s):
-    """(E[phi(v)], E[phi'(v)]) for v ~ N(m, s^2)."""
-    if name == "relu":
-        if s == 0:
-            return _act(name, m)
-        return m * _Phi(m / s) + s * _phi(m / s), _Phi(m / s)
-    a = 1 + 2 * s * s
-    return mp.erf(m / mp.sqrt(a)), 2 / mp.sqrt(mp.pi) * mp.exp(-m * m / a) / mp.sqrt(a)
+_COND = {"relu": R.relu_cond, "erf": R.erf_cond}
+_ACT = {"relu": (lambda u: max(u, 0), lambda u: mp.mpf(1) if u > 0 else mp.mpf(0)), "erf": (mp.erf, R.derf)}
 
 
 def _expect2(name, K1, K2, K12):
-    """E[phi(u) phi(v)], E[phi'(u) phi'(v)] for Var u = K1, Var v = K2, Cov = K12."""
-    s1, r = mp.sqrt(K1), K12 / K1
-    s2 = K2 - K12 * K12 / K1
-    s = mp.sqrt(s2) if s2 > 0 else mp.mpf(0)
-    pts = [-mp.inf, -6, -2, 0, 2, 6, mp.inf]
-
-    def g(z, k):
-        u = s1 * z
-        return _act(name, u)[k] * _cond(name, r * u, s)[k] * _phi(z)
-
-    return mp.quad(lambda z: g(z, 0), pts), mp.quad(lambda z: g(z, 1), pts)
+    """E[phi(u) phi(v)], E[phi'(u) phi'(v)] for Var u = K1, Var v = K2, Cov = K12 (conditional quadrature)."""
+    cond = _COND[name]
+    return tuple(R.expect_conditional(_ACT[name][k], lambda m, s: cond(m, s)[k], K1, K2, K12, cuts=R.WIDE_CUTS)
+                 for k in (0, 1))
 
 
 def mp_gram(name, x, y, depth, sw, sb, param="ntk", width=None, dps=40):

@@ -13,6 +13,7 @@ import pytest
 from numpy.polynomial.hermite_e import hermegauss
 
 import meanfield as mf
+import references as R
 
 C = mp.sqrt(2 / mp.pi)
 
@@ -23,10 +24,6 @@ def _g(h):
 
 def _g_np(h):
     return h / 2 * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
-
-
-def _npdf(z):
-    return mp.exp(-z * z / 2) / mp.sqrt(2 * mp.pi)
 
 
 def _pair(K1, K2, K12, n):
@@ -48,7 +45,7 @@ def test_gelu_tanh_gram_against_independent_quadrature():
     with mp.workdps(25):
         xs = [[mp.mpf(float(v)) for v in row] for row in X]
         K1 = [[mp.mpf("1.44") * mp.fsum(a * b for a, b in zip(p, q)) / 6 + mp.mpf("0.09") for q in xs] for p in xs]
-        diag = [mp.quad(lambda z: _g(mp.sqrt(K1[i][i]) * z) ** 2 * _npdf(z), [-mp.inf, -3, 0, 3, mp.inf])
+        diag = [mp.quad(lambda z: _g(mp.sqrt(K1[i][i]) * z) ** 2 * R.npdf(z), [-mp.inf, -3, 0, 3, mp.inf])
                 for i in range(3)]
         for i in range(3):
             ref = mp.mpf("1.44") * diag[i] + mp.mpf("0.09")

@@ -12,46 +12,42 @@ import numpy as np
 import pytest
 
 import meanfield as mf
+import references as R
 
 DPS = 40
 
 
 def _conditional(K1, K2, K12):
-    """v | u ~ N(a u, s2) for (u, v) ~ N(0, [[K1, K12], [K12, K2]])."""
-    return K12 / K1, K2 - K12**2 / K1
+    """v | u ~ N(a u, s^2) for (u, v) ~ N(0, [[K1, K12], [K12, K2]]) (s = 0 where s^2 rounds below 0)."""
+    s2 = K2 - K12**2 / K1
+    return K12 / K1, mp.sqrt(s2) if s2 > 0 else mp.mpf(0)
 
 
 def _erf_pair(K1, K2, K12):
-    a, s2 = _conditional(K1, K2, K12)
-    c = 1 / mp.sqrt(1 + 2 * s2)
-    phi = lambda u: mp.erf(u) * mp.erf(a * u * c)  # noqa: E731
-    dphi = lambda u: (mp.exp(-u * u) * mp.exp(-(a * u)**2 / (1 + 2 * s2)) * c * 4 / mp.pi)  # noqa: E731
+    # E[erf(w)] = erf(m / sqrt(1 + 2 s^2)), E[erf'(w)] = erf'(m / sqrt(1 + 2 s^2)) / sqrt(1 + 2 s^2)
+    a, s = _conditional(K1, K2, K12)
+    phi = lambda u: mp.erf(u) * R.erf_cond(a * u, s)[0]  # noqa: E731
+    dphi = lambda u: R.derf(u) * R.erf_cond(a * u, s)[1]  # noqa: E731
     return phi, dphi
 
 
 def _gelu_pair(K1, K2, K12):
-    # w = m + sqrt(s2) z, m = a u:  E[w Phi(w)] = m Phi(m/r) + s2 pdf(m/r)/r,
-    # E[Phi(w) + w pdf(w)] = Phi(m/r) + m pdf(m/r) / r^3, with r = sqrt(1 + s2)
-    a, s2 = _conditional(K1, K2, K12)
-    r = mp.sqrt(1 + s2)
-    Phi, pdf = mp.ncdf, lambda t: mp.npdf(t)  # noqa: E731
+    # w = m + s z, m = a u:  E[w Phi(w)] = m Phi(m/r) + s^2 pdf(m/r)/r,
+    # E[Phi(w) + w pdf(w)] = Phi(m/r) + m pdf(m/r) / r^3, with r = sqrt(1 + s^2)
+    a, s = _conditional(K1, K2, K12)
 
     def phi(u):
-        m = a * u
-        return u * Phi(u) * (m * Phi(m / r) + s2 * pdf(m / r) / r)
+        return R.gelu(u) * R.gelu_cond(a * u, s)[0]
 
     def dphi(u):
-        m = a * u
-        return (Phi(u) + u * pdf(u)) * (Phi(m / r) + m * pdf(m / r) / r**3)
+        return R.dgelu(u) * R.gelu_cond(a * u, s)[1]
 
     return phi, dphi
 
 
 def _expect(f, K):
     # the activations change on the scale h ~ 1, i.e. z ~ 1/sqrt(K): split there as well as at z ~ 1
-    s = mp.sqrt(K)
-    cuts = sorted({c * t for c in (1, 1 / s) for t in (-8, -1, 1, 8)} | {mp.mpf(0)})
-    return mp.quad(lambda z: f(s * z) * mp.npdf(z), [-mp.inf] + cuts + [mp.inf])
+    return R.expect(f, K, cuts=(-8, -1, 0, 1, 8), kinks=(-8, -1, 1, 8))
 
 
 PAIRS = {"erf": _erf_pair, "gelu": _gelu_pair}

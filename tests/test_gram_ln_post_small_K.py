@@ -8,7 +8,7 @@ covariances of psi = phi - phi(0) (``Activation.centred_kernel``), carried by ``
 What remains is the rounding of psi(h) = phi(h) - phi(0) itself in float64, ~1e-16/sqrt(K)
 relative (as in the single-input path, tests/test_ln_post_small_K.py).
 
-Reference: tests/_gram_mp_small_K.py, the recursion in mpmath at 60 digits with tensor Gauss-Hermite
+Reference: tests/references/gram_small_K.py, the recursion in mpmath at 60 digits with tensor Gauss-Hermite
 two-point moments (checked here against finer rules, and, marked slow, nested adaptive QUADPACK quadrature).
 """
 import numpy as np
@@ -17,7 +17,7 @@ import sympy as sp
 
 import meanfield as mf
 
-import _gram_mp_small_K as R
+import references.gram_small_K as R
 
 _X = sp.Symbol("x")
 ACTS = {"softplus": "softplus", "sigmoid": 1 / (1 + sp.exp(-_X))}

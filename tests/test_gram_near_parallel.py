@@ -1,6 +1,6 @@
 """Near-parallel and near-antiparallel pairs: meanfield.kernels against a 50-digit mpmath recursion.
 
-The reference (tests/_gram_mp_reference.py) starts from the float64 inputs as given (x.x' exact) and
+The reference (tests/references/gram_pair.py) starts from the float64 inputs as given (x.x' exact) and
 writes every two-point moment out in mpmath; its closed forms are checked here against
 conditional-expectation quadrature. The package carries the pair's gap 1 - rho^2 exactly through
 the ReLU family, Dense, residual and LayerNorm (meanfield.gram, Numerics); before, a pair with
@@ -12,7 +12,7 @@ import pytest
 
 import meanfield as mf
 
-import _gram_mp_reference as R
+import references.gram_pair as R
 
 SW, SB, WIDTH = 1.4, 0.3, 1000.0
 

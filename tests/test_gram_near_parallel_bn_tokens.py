@@ -9,7 +9,7 @@ walk (the squared distance through the centring) and ResMLP (sums and rescalings
 <= 1e-13 and <= 7.5e-15; the Mixer, whose channel LayerNorm subtracts the two-channel part B, does
 not, and keeps the 1e-13 / sqrt(1 - rho) bound. Everything else (erf, pairs of norms 1 : 1.3, the
 NNGP, the other entries) is within 1e-11 (BatchNorm: erf's other entries reach 2e-12 at norms
-1 : 1.3, as before) or 5e-13 (Mixer), 5e-14 (ResMLP). The reference (tests/_gram_mp_batch_tokens.py)
+1 : 1.3, as before) or 5e-13 (Mixer), 5e-14 (ResMLP). The reference (tests/references/gram_batch_tokens.py)
 writes the batch and token rules again in 50-digit mpmath from the float64 inputs, so at generic
 pairs it is also a check of the rules themselves (token blocks: 1.6e-15).
 """
@@ -18,7 +18,7 @@ import pytest
 
 import meanfield as mf
 
-import _gram_mp_batch_tokens as R
+import references.gram_batch_tokens as R
 
 
 def _near(x, target, ratio, rng):

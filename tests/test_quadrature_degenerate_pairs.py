@@ -13,14 +13,7 @@ import numpy as np
 import pytest
 
 import meanfield as mf
-
-
-def _ncdf(z):
-    return mp.erfc(-z / mp.sqrt(2)) / 2
-
-
-def _npdf(z):
-    return mp.exp(-z * z / 2) / mp.sqrt(2 * mp.pi)
+import references as R
 
 
 def _ht(u):
@@ -36,8 +29,8 @@ def _cond(m, s):
     if s == 0:
         return _ht(m), _dht(m)
     a, b = (-1 - m) / s, (1 - m) / s
-    inside = m * (_ncdf(b) - _ncdf(a)) + s * (_npdf(a) - _npdf(b))
-    return inside + (1 - _ncdf(b)) - _ncdf(a), _ncdf(b) - _ncdf(a)
+    inside = m * (R.ncdf(b) - R.ncdf(a)) + s * (R.npdf(a) - R.npdf(b))
+    return inside + (1 - R.ncdf(b)) - R.ncdf(a), R.ncdf(b) - R.ncdf(a)
 
 
 def _pair(K1, K2, K12):
@@ -49,7 +42,7 @@ def _pair(K1, K2, K12):
     if c != 0:
         pts |= {1 / c, -1 / c}
     pts = [-mp.inf] + sorted(pts) + [mp.inf]
-    w = lambda u: _npdf(u / s1) / s1   # noqa: E731
+    w = lambda u: R.npdf(u / s1) / s1   # noqa: E731
     M = mp.quad(lambda u: _ht(u) * _cond(c * u, s)[0] * w(u), pts)
     D = mp.quad(lambda u: _dht(u) * _cond(c * u, s)[1] * w(u), pts)
     return M, D

@@ -1,20 +1,21 @@
-"""Critical exponents (analytic vs numeric) and finite-width corrections, against mpmath."""
+"""solvers/exponents.py: critical exponents (analytic vs numeric) against mpmath, and points typed
+in next to the GELU critical point (13 digits, as copied from a table).
+
+References: tests/references (mpmath quadrature of the activations coded by hand, K-derivatives by
+Price's theorem, mp.findroot), never the package's code.
+"""
 import math
+import re
 
 import mpmath as mp
 import numpy as np
 import pytest
 
 import meanfield as mf
+import references as R
 
 pytestmark = pytest.mark.filterwarnings("error")
 mp.mp.dps = 30
-
-
-def E(f, K):
-    K = mp.mpf(K)
-    s = mp.sqrt(K)
-    return mp.quad(lambda z: f(s * z) * mp.npdf(z), [-mp.inf, -6, -2, 0, 2, 6, mp.inf])
 
 
 def test_erf_critical_point_zeta_one():
@@ -48,21 +49,8 @@ def test_gelu_point_exponent():
     like l^65 on that side); the paper's 66.668 (eq. 169) follows from rounding
     c2 to 0.00014 and taking the other side.
     """
-    K = (3 + mp.sqrt(17)) / 2
-    # phi = x Phi(x) and its derivatives; K-derivatives by Price's theorem, d/dK E[f] = E[f'']/2
-    p0 = lambda x: x * mp.ncdf(x)                                    # noqa: E731
-    p1 = lambda x: mp.ncdf(x) + x * mp.npdf(x)                       # noqa: E731
-    p2 = lambda x: mp.npdf(x) * (2 - x * x)                          # noqa: E731
-    p3 = lambda x: mp.npdf(x) * (x ** 3 - 4 * x)                     # noqa: E731
-    p4 = lambda x: mp.npdf(x) * (-x ** 4 + 7 * x * x - 4)            # noqa: E731
-    with mp.workdps(25):
-        Wv = 1 / E(lambda x: p1(x) ** 2, K)
-        # d2/dK2 E[phi^2] = E[(phi^2)^(4)]/4 = E[3 p2^2 + 4 p1 p3 + p0 p4]/2
-        q2 = E(lambda x: 3 * p2(x) ** 2 + 4 * p1(x) * p3(x) + p0(x) * p4(x), K) / 2
-        # d/dK E[phi'^2] = E[p2^2 + p1 p3]
-        g1 = E(lambda x: p2(x) ** 2 + p1(x) * p3(x), K)
-        c2 = -Wv * q2 / 2
-        d1 = -Wv * g1
+    # K-derivatives of the moments by Price's theorem (tests/references/solves.py)
+    _, c2, d1 = R.gelu_expansion((3 + mp.sqrt(17)) / 2, dps=25)
     p = [pt for pt in mf.critical_point(activation="gelu") if pt.K_star > 1][0]
     e = mf.exponents(activation="gelu", sigma_w=p.sigma_w, sigma_b=p.sigma_b)
     assert e.c2 == pytest.approx(float(c2), rel=1e-8) and e.d1 == pytest.approx(float(d1), rel=1e-8)
@@ -91,15 +79,8 @@ def test_ln_pre_mu1_power_law(sw, sb):
 @pytest.mark.slow
 def test_gelu_ln_pre_mu1_power_law():
     e = mf.exponents(activation="gelu", norm="ln_pre", mu=1.0, sigma_w=1.3, sigma_b=0.2)
-
-    def gelu(x):
-        return x * mp.ncdf(x)
-
-    def dgelu(x):
-        return mp.ncdf(x) + x * mp.npdf(x)
-
-    a = 1.3 ** 2 * E(lambda x: gelu(x) ** 2, 1) + 0.04
-    b = 1.3 ** 2 * E(lambda x: dgelu(x) ** 2, 1)
+    a = 1.3 ** 2 * R.expect(lambda x: R.gelu(x) ** 2, 1, cuts=R.WIDE_CUTS) + 0.04
+    b = 1.3 ** 2 * R.expect(lambda x: R.dgelu(x) ** 2, 1, cuts=R.WIDE_CUTS)
     assert e.zeta == pytest.approx(float(-b / a), rel=1e-9)
     assert e.agree
 
@@ -144,37 +125,56 @@ def test_exponent_arguments():
 
 
 # ---------------------------------------------------------------------------
-# Finite width (Lemma D.1 / D.4).
+# Points typed in next to GELU's critical point.
 # ---------------------------------------------------------------------------
-def test_chi_delta_against_quadrature():
-    """chi_Delta = sw^2 E[phi''^2 + phi' phi'''] (Definition D.2), pointwise, for smooth phi."""
-    def d1(x):
-        return 2 / mp.sqrt(mp.pi) * mp.exp(-x * x)
-
-    def d2(x):
-        return -2 * x * d1(x)
-
-    def d3(x):
-        return (4 * x * x - 2) * d1(x)
-
-    for sw, sb in ((1.0, 0.1), (2.0, 0.7)):
-        K = sw ** 2 + sb ** 2
-        ref = sw ** 2 * E(lambda x: d2(x) ** 2 + d1(x) * d3(x), K)
-        assert mf.chi_Delta(activation="erf", sigma_w=sw, sigma_b=sb) == pytest.approx(float(ref), rel=1e-10)
-    assert mf.chi_Delta(activation="relu", sigma_w=1.3, sigma_b=0.2) == 0.0
+@pytest.fixture(scope="module")
+def gelu_critical_point():
+    """GELU's critical point (K*, sigma_w^2, sigma_b^2) and zeta = d1 / c2 with dK' = dK - c2 dK^2,
+    chi_J = 1 - d1 dK (appendix G), from tests/references (mp.findroot, Price's theorem)."""
+    K, W, T = R.gelu_critical_point()
+    _, c2, d1 = R.gelu_expansion(K)
+    # the paper's closed form K* = (3 + sqrt 17)/2 checks the mpmath solve independently
+    k_err = abs(K - (3 + mp.sqrt(17)) / 2)
+    return {"K": K, "W": W, "T": T, "zeta": d1 / c2, "c2": c2, "k_err": k_err}
 
 
-def test_l0_correction_and_input_apjn():
-    sw, sb, N0 = 1.2, 0.3, 20
-    corr = mf.l0_correction(activation="erf", sigma_w=sw, sigma_b=sb, N0=N0)
-    K1 = sw ** 2 + sb ** 2
-    chiJ1 = 4 * sw ** 2 / (math.pi * math.sqrt(1 + 4 * K1))
-    chiD1 = -8 * sw ** 2 / (math.pi * (1 + 4 * K1) ** 1.5)
-    assert corr == pytest.approx(1 + 2 * sw ** 2 * chiD1 / (N0 * chiJ1), rel=1e-12)   # eq. 33
-    J_inf = mf.apjn_from_input(activation="erf", sigma_w=sw, sigma_b=sb, depth=5)
-    J_N0 = mf.apjn_from_input(activation="erf", sigma_w=sw, sigma_b=sb, depth=5, N0=N0)
-    assert J_inf[0] == J_N0[0] == pytest.approx(sw ** 2)                              # J^{0,1}
-    assert np.allclose(J_N0[1:] / J_inf[1:], corr, rtol=1e-12)                          # eq. 36
-    assert mf.l0_correction(activation="relu", sigma_w=1.4, sigma_b=0.1, N0=3) == 1.0
-    with pytest.raises(ValueError, match="N0"):
-        mf.l0_correction(activation="erf", sigma_w=1.0, sigma_b=0.0, N0=0)
+@pytest.mark.slow
+def test_reference_point_is_the_known_one(gelu_critical_point):
+    assert gelu_critical_point["k_err"] < 1e-15
+    assert gelu_critical_point["c2"] > 0   # attracting from above only (half-stable)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("K0", [None, 5.0])
+def test_exponents_from_13_digits(gelu_critical_point, K0):
+    ref = gelu_critical_point
+    sw_exact, sb_exact = mp.sqrt(ref["W"]), mp.sqrt(ref["T"])
+    sw, sb = 1.4082110131076, 0.4158393809586   # as copied from a table
+    assert abs(sw - float(sw_exact)) < 1e-13 and abs(sb - float(sb_exact)) < 1e-13
+    e = mf.exponents(activation="gelu", sigma_w=sw, sigma_b=sb, K0=K0)
+    assert e.regime == "critical point"
+    assert abs(e.zeta - float(ref["zeta"])) <= 1e-9 * abs(float(ref["zeta"]))
+    assert abs(e.zeta - (-64.985)) < 5e-4
+    assert abs(e.K_star - float(ref["K"])) <= 1e-10 * float(ref["K"])
+    # the numeric depth estimate works there too (iterated at the exact point)
+    assert abs(e.zeta_numeric / e.zeta - 1) < 1e-3 and abs(e.zeta_K_numeric - 1) < 1e-3
+    assert e.agree
+    # the note gives the distance to the exact point and the tolerance
+    m = re.search(r"is ([0-9.e+-]+) \(relative distance\)", e.note)
+    assert m, e.note
+    dist = float(mp.sqrt((sw - sw_exact) ** 2 + (sb - sb_exact) ** 2) / mp.sqrt(sw ** 2 + sb ** 2))
+    assert abs(float(m.group(1)) - dist) <= 0.01 * dist
+    assert "critical_tol = 1e-10" in e.note
+    assert abs(e.sigma_w - float(sw_exact)) < 1e-15 and abs(e.sigma_b - float(sb_exact)) < 1e-15
+
+
+def test_critical_tol_zero_keeps_the_old_answer():
+    # tolerance off: the 13-digit point is strictly not critical (its tangent fixed point has split
+    # or vanished), so no power law is reported there
+    e = mf.exponents(activation="gelu", sigma_w=1.4082110131076, sigma_b=0.4158393809586, critical_tol=0.0)
+    assert e.regime in ("ordered", "chaotic") and np.isnan(e.zeta)
+
+
+def test_far_point_is_not_snapped():
+    e = mf.exponents(activation="gelu", sigma_w=1.4082, sigma_b=0.4158)
+    assert e.regime != "critical point" and "distance" not in e.note

@@ -17,6 +17,7 @@ import pytest
 import sympy as sp
 
 import meanfield as mf
+import references as R
 from meanfield.gaussian import GaussianExpectation
 from meanfield.symbolic import KernelSeries, RecursionValues, lambdify
 
@@ -132,10 +133,8 @@ def test_pre_ln_gelu_chi_J_eq_170():
     E2 = sp.Rational(1, 3) + 1 / (2 * sqrt(3) * pi)
     Ed2 = sp.Rational(1, 3) + 2 / (3 * sqrt(3) * pi)
     with mp.workdps(30):
-        g = lambda z: z * mp.ncdf(z)  # noqa: E731
-        dg = lambda z: mp.ncdf(z) + z * mp.npdf(z)  # noqa: E731
-        assert abs(mp.quad(lambda z: g(z) ** 2 * mp.npdf(z), [-mp.inf, 0, mp.inf]) - mp.mpf(sp.N(E2, 35))) < 1e-28
-        assert abs(mp.quad(lambda z: dg(z) ** 2 * mp.npdf(z), [-mp.inf, 0, mp.inf]) - mp.mpf(sp.N(Ed2, 35))) < 1e-28
+        assert abs(R.expect(lambda z: R.gelu(z) ** 2, 1) - mp.mpf(sp.N(E2, 35))) < 1e-28
+        assert abs(R.expect(lambda z: R.dgelu(z) ** 2, 1) - mp.mpf(sp.N(Ed2, 35))) < 1e-28
     K_star = sw**2 * E2 + sb**2  # the fixed point (the map does not depend on K: eq. 62 at mu = 0)
     assert same(rec.kernel, K_star)
     assert same(rec.chi_J, sw**2 * Ed2 / K)  # (67) at mu = 0
@@ -171,8 +170,8 @@ def test_pre_ln_residual_fallback_numeric():
     # tanh (no closed form): the same structure, numbers against mpmath
     rec = mf.recursion(activation="tanh", norm="ln_pre", mu=0.5)
     with mp.workdps(25):
-        E2 = mp.quad(lambda z: mp.tanh(z) ** 2 * mp.npdf(z), [-mp.inf, 0, mp.inf])
-        Ed2 = mp.quad(lambda z: mp.sech(z) ** 4 * mp.npdf(z), [-mp.inf, 0, mp.inf])
+        E2 = R.expect(lambda z: mp.tanh(z) ** 2, 1)
+        Ed2 = R.expect(lambda z: mp.sech(z) ** 4, 1)
     Kv, w, b = np.array([0.3, 1.0, 7.0]), 1.3, 0.2
     vals = rec.evaluate(Kv, w, b)
     np.testing.assert_allclose(vals.kernel, w**2 * float(E2) + b**2 + 0.25 * Kv, rtol=1e-14)
@@ -310,11 +309,8 @@ def test_series_erf_at_critical_point_by_hand():
 def _gelu_map_mp(Kv, w, b, dps=60):
     """(F(K), chi_J(K)) of the GELU recursion from mpmath quadrature (no closed form)."""
     with mp.workdps(dps):
-        s = mp.sqrt(Kv)
-        g = lambda z: s * z * mp.ncdf(s * z)  # noqa: E731
-        dg = lambda z: mp.ncdf(s * z) + s * z * mp.npdf(s * z)  # noqa: E731
-        E2 = mp.quad(lambda z: g(z) ** 2 * mp.npdf(z), [-mp.inf, 0, mp.inf])
-        Ed2 = mp.quad(lambda z: dg(z) ** 2 * mp.npdf(z), [-mp.inf, 0, mp.inf])
+        E2 = R.expect(lambda h: R.gelu(h) ** 2, Kv)
+        Ed2 = R.expect(lambda h: R.dgelu(h) ** 2, Kv)
         return w * w * E2 + b * b, w * w * Ed2
 
 
@@ -432,9 +428,8 @@ def test_evaluate_fallback_matches_mpmath():
     vals = rec.evaluate([0.01, 1.0, 100.0], 1.1, 0.0)
     for k, got_k, got_j in zip((0.01, 1.0, 100.0), vals.kernel, vals.chi_J):
         with mp.workdps(25):
-            s = mp.sqrt(k)
-            E2 = mp.quad(lambda z: mp.tanh(s * z) ** 2 * mp.npdf(z), [-mp.inf, 0, mp.inf])
-            Ed2 = mp.quad(lambda z: mp.sech(s * z) ** 4 * mp.npdf(z), [-mp.inf, 0, mp.inf])
+            E2 = R.expect(lambda h: mp.tanh(h) ** 2, k)
+            Ed2 = R.expect(lambda h: mp.sech(h) ** 4, k)
         assert abs(got_k - 1.21 * E2) <= 1e-13 * 1.21 * E2
         assert abs(got_j - 1.21 * Ed2) <= 1e-13 * 1.21 * Ed2
 

@@ -1,6 +1,6 @@
 """An mpmath reference for the Gram recursion of smooth activations with phi(0) != 0 at small K.
 
-Not a test module (the leading underscore keeps pytest from collecting it); imported by
+Part of tests/references (not collected by pytest); imported by
 tests/test_gram_ln_post_small_K.py. Nothing here comes from meanfield: the two-point moments
 are tensor Gauss-Hermite sums in mpmath (nodes found by Newton's method on He_n in mpmath, from
 numpy's starting values), u = s1 z1, v = s2 (rho z1 + sqrt(1 - rho^2) z2). For the activations

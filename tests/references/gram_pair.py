@@ -1,18 +1,19 @@
 """A 50-digit mpmath reference for the pair recursion of meanfield.kernels (near-parallel pairs).
 
-Not a test module (the leading underscore keeps pytest from collecting it): it is imported by
-tests/test_gram_near_parallel.py and benchmarks/gram_near_parallel.py.
+Part of tests/references (not collected by pytest); imported by tests/test_gram_near_parallel.py
+and benchmarks/gram_near_parallel.py.
 
 The recursion starts from the float64 inputs as given, in exact arithmetic (x.x' of two float64
 vectors is a sum of exact 106-bit products, exact at 50 digits), and applies the block's layers
-with every two-point moment written out here in mpmath, not taken from meanfield:
+with every two-point moment written out in mpmath (tests/references/closed_forms.py), not taken
+from meanfield:
 
 * scale-invariant phi = a x (x > 0) + b x (x < 0): the arc-cosine kernels (Cho & Saul 2009),
   E[phi(u)phi(v)] = ab K12 + (a-b)^2/(2 pi) sqrt(K1 K2) (sin t + (pi - t) cos t), t = arccos rho,
   E[phi'(u)phi'(v)] = ab + (a-b)^2 (pi - t)/(2 pi), E[phi] = (a-b) sqrt(K/(2 pi));
 * erf: Williams (1997), (2/pi) arcsin(2 K12/sqrt((1+2K1)(1+2K2))), (4/pi)/sqrt((1+2K1)(1+2K2) - 4K12^2);
 * GELU: the two-point form of Tsuchida et al. (2021) (meanfield.activations.Gelu's docstring),
-  written out again here; ``_gelu_pair_quad`` is the same by quadrature over u of conditional
+  written out again; ``_gelu_pair_quad`` is the same by quadrature over u of conditional
   expectations (one-dimensional Gaussian identities), used to check it.
 
 :func:`check_closed_forms` compares the first two with the same conditional-expectation
@@ -21,98 +22,32 @@ on the formulas alone.
 """
 import mpmath as mp
 
-
-def _npdf(z):
-    return mp.exp(-z * z / 2) / mp.sqrt(2 * mp.pi)
-
-
-def _ncdf(z):
-    return mp.erfc(-z / mp.sqrt(2)) / 2
-
-
-# ---------------------------------------------------------------------------
-# Two-point moments: (E[phi(u)phi(v)], E[phi'(u)phi'(v)]) and means E[phi(u)], E[phi(v)].
-# ---------------------------------------------------------------------------
-def _scale_invariant_pair(a, b):
-    a, b = mp.mpf(a), mp.mpf(b)
-
-    def pair(K1, K2, K12):
-        r = mp.sqrt(K1 * K2)
-        rho = K12 / r
-        rho = min(max(rho, mp.mpf(-1)), mp.mpf(1))
-        t = mp.acos(rho)
-        M = a * b * K12 + (a - b) ** 2 / (2 * mp.pi) * r * (mp.sin(t) + (mp.pi - t) * mp.cos(t))
-        D = a * b + (a - b) ** 2 * (mp.pi - t) / (2 * mp.pi)
-        return M, D
-
-    def one(K):
-        return (a * a + b * b) * K / 2, (a - b) * mp.sqrt(K / (2 * mp.pi))
-
-    return pair, one
-
-
-def _erf_pair(K1, K2, K12):
-    P = (1 + 2 * K1) * (1 + 2 * K2)
-    return 2 / mp.pi * mp.asin(2 * K12 / mp.sqrt(P)), 4 / mp.pi / mp.sqrt(P - 4 * K12 * K12)
-
-
-def _erf_one(K):
-    return 2 / mp.pi * mp.asin(2 * K / (1 + 2 * K)), mp.mpf(0)
-
-
-def _cond_quad(f, g_cond, K1, K2, K12):
-    """E[f(u) g(v)] = E_u[f(u) E[g(v) | u]], v | u ~ N(K12 u / K1, K2 - K12^2 / K1)."""
-    s1, r = mp.sqrt(K1), K12 / K1
-    var = K2 - K12 * K12 / K1
-    s = mp.sqrt(var) if var > 0 else mp.mpf(0)
-    pts = [-mp.inf, -8, -3, -1, 0, 1, 3, 8, mp.inf]
-    return mp.quad(lambda z: f(s1 * z) * g_cond(r * s1 * z, s) * _npdf(z), pts)
-
-
-def _gelu_cond(m, s):
-    """(E[v Phi(v)], E[Phi(v) + v phi(v)]) for v ~ N(m, s^2)."""
-    q = mp.sqrt(1 + s * s)
-    e_phi = m * _ncdf(m / q) + s * s / q * _npdf(m / q)
-    e_dphi = _ncdf(m / q) + m / (q * q) * _npdf(m / q) / q
-    return e_phi, e_dphi
-
-
-def _gelu_pair(K1, K2, K12):
-    P = (1 + K1) * (1 + K2)
-    D = P - K12 * K12
-    a = mp.asin(K12 / mp.sqrt(P))
-    M = K12 * (mp.mpf(1) / 4 + a / (2 * mp.pi)) + (K1 * K2 - K12 ** 2 * (1 - 1 / (1 + K1) - 1 / (1 + K2))) / (
-        2 * mp.pi * mp.sqrt(D))
-    Dk = (mp.mpf(1) / 4 + a / (2 * mp.pi) + K12 * (1 / (1 + K1) + 1 / (1 + K2)) / (2 * mp.pi * mp.sqrt(D))
-          + K12 / (2 * mp.pi * D ** mp.mpf(1.5)))
-    return M, Dk
+from .closed_forms import (derf, erf_cond, erf_one, erf_pair, gelu_cond, gelu_one, gelu_pair, relu_cond,
+                           scale_invariant_pair)
+from .gaussian import expect_conditional, ncdf, npdf
 
 
 def _gelu_pair_quad(K1, K2, K12):
-    f = lambda u: u * _ncdf(u)                        # noqa: E731
-    df = lambda u: _ncdf(u) + u * _npdf(u)            # noqa: E731
-    M = _cond_quad(f, lambda m, s: _gelu_cond(m, s)[0], K1, K2, K12)
-    D = _cond_quad(df, lambda m, s: _gelu_cond(m, s)[1], K1, K2, K12)
+    """GELU's two-point moments by quadrature over u of conditional expectations (checks gelu_pair)."""
+    f = lambda u: u * ncdf(u)                        # noqa: E731
+    df = lambda u: ncdf(u) + u * npdf(u)             # noqa: E731
+    M = expect_conditional(f, lambda m, s: gelu_cond(m, s)[0], K1, K2, K12)
+    D = expect_conditional(df, lambda m, s: gelu_cond(m, s)[1], K1, K2, K12)
     return M, D
-
-
-def _gelu_one(K):
-    # E[phi] = K / sqrt(2 pi (1 + K)) (E[h Phi(h)] = K E[phi(h)] by Stein)
-    return _gelu_pair(K, K, K)[0], K / mp.sqrt(2 * mp.pi * (1 + K))
 
 
 def activation(name):
     """(pair(K1, K2, K12) -> (E phi phi, E phi' phi'), one(K) -> (E phi^2, E phi))."""
     if name == "relu":
-        return _scale_invariant_pair(1, 0)
+        return scale_invariant_pair(1, 0)
     if name == "leaky_relu":
-        return _scale_invariant_pair(1, mp.mpf(1) / 10)   # meanfield: act('leaky_relu', negative_slope=0.1)
+        return scale_invariant_pair(1, mp.mpf(1) / 10)   # meanfield: act('leaky_relu', negative_slope=0.1)
     if name == "abs":
-        return _scale_invariant_pair(1, -1)
+        return scale_invariant_pair(1, -1)
     if name == "erf":
-        return _erf_pair, _erf_one
+        return erf_pair, erf_one
     if name == "gelu":
-        return _gelu_pair, _gelu_one
+        return gelu_pair, gelu_one
     raise ValueError(name)
 
 
@@ -192,19 +127,15 @@ def check_closed_forms(points, dps=40):
     """max relative difference between the closed forms above and conditional-expectation quadrature."""
     worst = mp.mpf(0)
     with mp.workdps(dps):
-        relu_cond = lambda m, s: (m * _ncdf(m / s) + s * _npdf(m / s)) if s > 0 else max(m, 0)   # noqa: E731
-        step_cond = lambda m, s: _ncdf(m / s) if s > 0 else mp.mpf(m > 0)                      # noqa: E731
-        erf_cond = lambda m, s: mp.erf(m / mp.sqrt(1 + 2 * s * s))                               # noqa: E731
-        derf_cond = lambda m, s: 2 / mp.sqrt(mp.pi) * mp.exp(-m * m / (1 + 2 * s * s)) / mp.sqrt(1 + 2 * s * s)  # noqa
         for K1, K2, K12 in points:
             K1, K2, K12 = mp.mpf(K1), mp.mpf(K2), mp.mpf(K12)
-            M, D = _scale_invariant_pair(1, 0)[0](K1, K2, K12)
-            Mq = _cond_quad(lambda u: max(u, 0), relu_cond, K1, K2, K12)
-            Dq = _cond_quad(lambda u: mp.mpf(u > 0), step_cond, K1, K2, K12)
-            M2, D2 = _erf_pair(K1, K2, K12)
-            M2q = _cond_quad(mp.erf, erf_cond, K1, K2, K12)
-            D2q = _cond_quad(lambda u: 2 / mp.sqrt(mp.pi) * mp.exp(-u * u), derf_cond, K1, K2, K12)
-            M3, D3 = _gelu_pair(K1, K2, K12)
+            M, D = scale_invariant_pair(1, 0)[0](K1, K2, K12)
+            Mq = expect_conditional(lambda u: max(u, 0), lambda m, s: relu_cond(m, s)[0], K1, K2, K12)
+            Dq = expect_conditional(lambda u: mp.mpf(u > 0), lambda m, s: relu_cond(m, s)[1], K1, K2, K12)
+            M2, D2 = erf_pair(K1, K2, K12)
+            M2q = expect_conditional(mp.erf, lambda m, s: erf_cond(m, s)[0], K1, K2, K12)
+            D2q = expect_conditional(derf, lambda m, s: erf_cond(m, s)[1], K1, K2, K12)
+            M3, D3 = gelu_pair(K1, K2, K12)
             M3q, D3q = _gelu_pair_quad(K1, K2, K12)
             for a, b in ((M, Mq), (D, Dq), (M2, M2q), (D2, D2q), (M3, M3q), (D3, D3q)):
                 worst = max(worst, abs(a / b - 1))

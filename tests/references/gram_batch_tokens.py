@@ -1,9 +1,10 @@
 """50-digit mpmath references for the BatchNorm walk and the token blocks of meanfield.kernels.
 
-Not a test module; imported by tests/test_gram_near_parallel_bn_tokens.py. The two-point maps of
-ReLU and erf are those of tests/_gram_mp_reference.py (written out in mpmath there, checked against
-conditional-expectation quadrature); the batch and token rules are written again here from the
-tables of docs/gram.md, in mpmath on whole matrices, from the float64 inputs taken exactly.
+Part of tests/references (not collected by pytest); imported by
+tests/test_gram_near_parallel_bn_tokens.py. The two-point maps of ReLU and erf are those of
+tests/references/gram_pair.py (closed forms checked there against conditional-expectation
+quadrature); the batch and token rules are written again here from the tables of docs/gram.md, in
+mpmath on whole matrices, from the float64 inputs taken exactly.
 
 * BatchNorm block (norm='bn': BatchNorm -> phi -> dense) over a batch of n inputs:
   K -> n P K P / tr(P K P), T -> n P T P / tr(P K P), P = I - 1 1^T / n, then phi entry by entry
@@ -13,7 +14,7 @@ tables of docs/gram.md, in mpmath on whole matrices, from the float64 inputs tak
 """
 import mpmath as mp
 
-from _gram_mp_reference import activation
+from .gram_pair import activation
 
 
 def _mat(n, m=None):

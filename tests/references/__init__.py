@@ -1,0 +1,35 @@
+"""Independent references for the tests: one place, one import path (``import references as R``).
+
+Nothing here is taken from meanfield; every value comes from a route of its own (mpmath
+quadrature of the activations coded by hand, closed forms written out from the papers, mpmath
+recursions and mp.findroot solves). Tests import these instead of writing them again; a test
+module keeps locally only what is particular to it.
+
+* :mod:`.gaussian`: npdf, ncdf; ``expect`` (E[f(h)], h ~ N(0, K), split at kinks);
+  ``expect_conditional`` (E[f(u) g(v)] through E[g(v) | u]); ``expect_smooth_pair`` (E[a(u) b(v)]
+  by the 2-D trapezoid rule for smooth a, b; the conftest fixture ``mp_smooth2``).
+* :mod:`.closed_forms`: hand-coded activations (gelu .. d4gelu, derf), erf's moments
+  (Williams 1997), the arc-cosine kernels (Cho & Saul 2009), the two-point GELU form
+  (Tsuchida et al. 2021), one-point conditional means, erf's and GELU's critical lines
+  (paper eqs. 126/142, 157-158).
+* :mod:`.solves`: fixed points, critical lines and points by mp.findroot.
+* :mod:`.gram_pair`: the 50-digit pair recursion (K, NTK) of the MLP/ResNet/LayerNorm blocks.
+* :mod:`.gram_batch_tokens`: the BatchNorm walk over a batch and the ResMLP/Mixer token blocks.
+* :mod:`.gram_small_K`: tensor Gauss-Hermite two-point moments and the Gram recursion at small K.
+
+The gram_* modules are imported by name (``import references.gram_pair as G``); the rest is
+re-exported here.
+"""
+from .closed_forms import (d2gelu, d3gelu, d4gelu, derf, dgelu, erf_cond, erf_critical_sigma_b, erf_dphi2,
+                           erf_one, erf_pair, erf_phi2, gelu, gelu_cond, gelu_critical_line, gelu_one, gelu_pair,
+                           relu_cond, scale_invariant_pair)
+from .gaussian import expect, expect_conditional, expect_smooth_pair, ncdf, npdf
+from .solves import (WIDE_CUTS, erf_critical_line, gelu_critical_point, gelu_expansion, gelu_maps,
+                     mlp_fixed_point)
+
+__all__ = [
+    "WIDE_CUTS", "d2gelu", "d3gelu", "d4gelu", "derf", "dgelu", "erf_cond", "erf_critical_line",
+    "erf_critical_sigma_b", "erf_dphi2", "erf_one", "erf_pair", "erf_phi2", "expect", "expect_conditional",
+    "expect_smooth_pair", "gelu", "gelu_cond", "gelu_critical_line", "gelu_critical_point", "gelu_expansion",
+    "gelu_maps", "gelu_one", "gelu_pair", "mlp_fixed_point", "ncdf", "npdf", "relu_cond", "scale_invariant_pair",
+]

@@ -1,0 +1,168 @@
+"""Closed forms from the papers, written out in mpmath (nothing taken from meanfield).
+
+Activations and their derivatives (``gelu``, ``dgelu``, ...), the Gaussian moments of erf
+(Williams 1997), the arc-cosine kernels of the scale-invariant family (Cho & Saul 2009), the
+two-point GELU form (Tsuchida et al. 2021), and the critical lines of erf (partial-Jacobian paper,
+eqs. 126, 142). Each is checked against quadrature somewhere in the tests (gram_pair's
+:func:`check_closed_forms`, tests/test_solvers_lines.py); a formula is written once, here.
+"""
+import mpmath as mp
+
+from .gaussian import ncdf, npdf
+
+
+# ---------------------------------------------------------------------------
+# Activations, by hand in mpmath.
+# ---------------------------------------------------------------------------
+def gelu(x):
+    """GELU, x Phi(x)."""
+    return x * mp.ncdf(x)
+
+
+def dgelu(x):
+    """GELU', Phi(x) + x phi(x)."""
+    return mp.ncdf(x) + x * mp.npdf(x)
+
+
+def d2gelu(x):
+    """GELU'', phi(x) (2 - x^2)."""
+    return mp.npdf(x) * (2 - x * x)
+
+
+def d3gelu(x):
+    """GELU''', phi(x) (x^3 - 4x)."""
+    return mp.npdf(x) * (x ** 3 - 4 * x)
+
+
+def d4gelu(x):
+    """GELU'''', phi(x) (-x^4 + 7x^2 - 4)."""
+    return mp.npdf(x) * (-x ** 4 + 7 * x * x - 4)
+
+
+def derf(x):
+    """erf'(x) = (2 / sqrt pi) exp(-x^2)."""
+    return 2 / mp.sqrt(mp.pi) * mp.exp(-x * x)
+
+
+# ---------------------------------------------------------------------------
+# One-point moments.
+# ---------------------------------------------------------------------------
+def erf_phi2(K):
+    """E[erf(h)^2] = (2/pi) arcsin(2K / (1 + 2K)), h ~ N(0, K) (Williams 1997; paper eq. 121)."""
+    return 2 / mp.pi * mp.asin(2 * K / (1 + 2 * K))
+
+
+def erf_dphi2(K):
+    """E[erf'(h)^2] = (4/pi) / sqrt(1 + 4K), h ~ N(0, K) (paper eq. 123)."""
+    return 4 / mp.pi / mp.sqrt(1 + 4 * K)
+
+
+# ---------------------------------------------------------------------------
+# Two-point moments: (E[phi(u)phi(v)], E[phi'(u)phi'(v)]) and one(K) = (E[phi^2], E[phi]).
+# ---------------------------------------------------------------------------
+def scale_invariant_pair(a, b):
+    """phi = a x (x > 0) + b x (x < 0): (pair, one), the arc-cosine kernels (Cho & Saul 2009).
+
+    E[phi(u)phi(v)] = ab K12 + (a-b)^2/(2 pi) sqrt(K1 K2) (sin t + (pi - t) cos t), t = arccos rho,
+    E[phi'(u)phi'(v)] = ab + (a-b)^2 (pi - t)/(2 pi), E[phi^2] = (a^2 + b^2) K / 2,
+    E[phi] = (a-b) sqrt(K/(2 pi)).
+    """
+    a, b = mp.mpf(a), mp.mpf(b)
+
+    def pair(K1, K2, K12):
+        r = mp.sqrt(K1 * K2)
+        rho = K12 / r
+        rho = min(max(rho, mp.mpf(-1)), mp.mpf(1))
+        t = mp.acos(rho)
+        M = a * b * K12 + (a - b) ** 2 / (2 * mp.pi) * r * (mp.sin(t) + (mp.pi - t) * mp.cos(t))
+        D = a * b + (a - b) ** 2 * (mp.pi - t) / (2 * mp.pi)
+        return M, D
+
+    def one(K):
+        return (a * a + b * b) * K / 2, (a - b) * mp.sqrt(K / (2 * mp.pi))
+
+    return pair, one
+
+
+def erf_pair(K1, K2, K12):
+    """erf: ((2/pi) arcsin(2 K12 / sqrt(P)), (4/pi) / sqrt(P - 4 K12^2)), P = (1+2K1)(1+2K2) (Williams 1997)."""
+    P = (1 + 2 * K1) * (1 + 2 * K2)
+    return 2 / mp.pi * mp.asin(2 * K12 / mp.sqrt(P)), 4 / mp.pi / mp.sqrt(P - 4 * K12 * K12)
+
+
+def erf_one(K):
+    """erf: (E[erf^2], E[erf]) = ((2/pi) arcsin(2K/(1+2K)), 0)."""
+    return erf_phi2(K), mp.mpf(0)
+
+
+def relu_cond(m, s):
+    """(E[relu(v)], E[relu'(v)]) for v ~ N(m, s^2): (m Phi(m/s) + s phi(m/s), Phi(m/s));
+    s = 0: (max(m, 0), [m > 0])."""
+    if s == 0:
+        return max(m, mp.mpf(0)), mp.mpf(m > 0)
+    return m * ncdf(m / s) + s * npdf(m / s), ncdf(m / s)
+
+
+def erf_cond(m, s):
+    """(E[erf(v)], E[erf'(v)]) for v ~ N(m, s^2), a = 1 + 2 s^2:
+    (erf(m / sqrt a), (2 / sqrt pi) exp(-m^2 / a) / sqrt a)."""
+    a = 1 + 2 * s * s
+    return mp.erf(m / mp.sqrt(a)), 2 / mp.sqrt(mp.pi) * mp.exp(-m * m / a) / mp.sqrt(a)
+
+
+def gelu_cond(m, s):
+    """(E[v Phi(v)], E[Phi(v) + v phi(v)]) for v ~ N(m, s^2), q = sqrt(1 + s^2):
+    m Phi(m/q) + s^2 phi(m/q) / q and Phi(m/q) + m phi(m/q) / q^3."""
+    q = mp.sqrt(1 + s * s)
+    e_phi = m * ncdf(m / q) + s * s / q * npdf(m / q)
+    e_dphi = ncdf(m / q) + m / (q * q) * npdf(m / q) / q
+    return e_phi, e_dphi
+
+
+def gelu_pair(K1, K2, K12):
+    """GELU: the two-point form of Tsuchida et al. (2021) (meanfield.activations.Gelu's docstring).
+
+    With P = (1+K1)(1+K2), D = P - K12^2, a = arcsin(K12 / sqrt P):
+    E[phi phi] = K12 (1/4 + a/(2 pi)) + (K1 K2 - K12^2 (1 - 1/(1+K1) - 1/(1+K2))) / (2 pi sqrt D),
+    E[phi' phi'] = 1/4 + a/(2 pi) + K12 (1/(1+K1) + 1/(1+K2)) / (2 pi sqrt D) + K12 / (2 pi D^(3/2)).
+    """
+    P = (1 + K1) * (1 + K2)
+    D = P - K12 * K12
+    a = mp.asin(K12 / mp.sqrt(P))
+    M = K12 * (mp.mpf(1) / 4 + a / (2 * mp.pi)) + (K1 * K2 - K12 ** 2 * (1 - 1 / (1 + K1) - 1 / (1 + K2))) / (
+        2 * mp.pi * mp.sqrt(D))
+    Dk = (mp.mpf(1) / 4 + a / (2 * mp.pi) + K12 * (1 / (1 + K1) + 1 / (1 + K2)) / (2 * mp.pi * mp.sqrt(D))
+          + K12 / (2 * mp.pi * D ** mp.mpf(1.5)))
+    return M, Dk
+
+
+def gelu_one(K):
+    """GELU: (E[phi^2], E[phi]); E[phi] = K / sqrt(2 pi (1 + K)) (E[h Phi(h)] = K E[phi(h)], Stein)."""
+    return gelu_pair(K, K, K)[0], K / mp.sqrt(2 * mp.pi * (1 + K))
+
+
+# ---------------------------------------------------------------------------
+# Critical lines.
+# ---------------------------------------------------------------------------
+def erf_critical_sigma_b(sw, mu=0):
+    """sigma_b on the erf critical line at sigma_w (paper eq. 142; eq. 126 is mu = 0):
+
+    sigma_b^2 = a / (4 pi^2 (1 - mu^2)) - (2 sigma_w^2 / pi) arcsin(a / c),
+    a, c = 16 sigma_w^4 -+ pi^2 (1 - mu^2)^2.
+    """
+    sw, m2 = mp.mpf(sw), mp.mpf(mu) ** 2
+    a = 16 * sw ** 4 - mp.pi ** 2 * (1 - m2) ** 2
+    c = 16 * sw ** 4 + mp.pi ** 2 * (1 - m2) ** 2
+    return mp.sqrt(a / (4 * mp.pi ** 2 * (1 - m2)) - 2 * sw ** 2 / mp.pi * mp.asin(a / c))
+
+
+def gelu_critical_line(K):
+    """(sigma_w, sigma_b) of the GELU critical line at K* = K (paper eqs. 157-158):
+
+    sigma_w = 2 (1 + 2K(3 + 5K) / (pi (1+K)(1+2K)^(3/2)) + (2/pi) arcsin(K/(1+K)))^(-1/2),
+    sigma_b = K / (sqrt(2 pi) (1 + 2K)^(3/4)) sigma_w.
+    """
+    K = mp.mpf(K)
+    sw = 2 * (1 + 2 * K * (3 + 5 * K) / (mp.pi * (1 + K) * (1 + 2 * K) ** 1.5)
+              + 2 / mp.pi * mp.asin(K / (1 + K))) ** -0.5
+    return sw, K / (mp.sqrt(2 * mp.pi) * (1 + 2 * K) ** 0.75) * sw
