@@ -1368,6 +1368,20 @@ class ProductMoment:
         if self._zero():
             out[pend] = 0.0
             pend = pend[:0]
+        pend = self._levels(pend, start, rho, i1, i2, u1, u2, k1, k2, k12, out)
+        if identical.any():
+            self._identical(np.nonzero(identical)[0], i1, u1, out)
+        self._beyond_series(pend, k1, k2, k12, out)
+        out = out.reshape(shape)
+        if sym:
+            low = np.tril_indices(shape[0], -1)
+            out[low] = out.T[low]
+        return out
+
+    def _levels(self, pend, start, rho, i1, i2, u1, u2, k1, k2, k12, out):
+        """The Hermite series, level by level of :data:`LEVELS` from ``start``, on the flat entries ``pend``
+        (rho their correlations, i1/i2 indices into the distinct variances u1/u2); writes ``out`` and returns
+        the entries still pending."""
         for kmax, h0 in LEVELS[start:]:
             if pend.size and (kmax, h0) != LEVELS[0] and self._exp_splits() is not None:
                 # an ELU-like f and g: what the first level leaves goes to the exponential split before the
@@ -1389,24 +1403,30 @@ class ProductMoment:
             pos2 = np.zeros(u2.size, dtype=np.int64)
             pos2[n2] = np.arange(n2.size)
             pend = self._series(pend, rho, pos1[i1], pos2[i2], ca, cb, kmax, out)
-        if identical.any():
-            # the one-point E[f(u) g(u)] (the series' limit at rho = 1): the diagonal stays the one-point map
-            idx = np.nonzero(identical)[0]
-            need = _used(i1[idx], u1.size)
-            vals = np.zeros(u1.size)
-            # kernels asks for the off-diagonal entries first, then the diagonal at the same variances:
-            # E[f^2] is then the energy of the coefficients just computed (the same rule and sum)
-            known = np.zeros(need.size, dtype=bool)
-            if self.same and self._energy is not None and self._energy[0].size:
-                ku, ke = self._energy
-                j = np.minimum(np.searchsorted(ku, u1[need]), ku.size - 1)
-                known = ku[j] == u1[need]
-                vals[need[known]] = ke[j[known]]
-            rest = need[~known]
-            if rest.size:
-                vals[rest] = _one_point(self.f, self.g, np.union1d(self.cuts_f, self.cuts_g), u1[rest],
-                                        LEVELS[0][1])
-            out[idx] = vals[i1[idx]]
+        return pend
+
+    def _identical(self, idx, i1, u1, out):
+        """The one-point E[f(u) g(u)] (the series' limit at rho = 1) at the flat entries ``idx`` with
+        identical arguments (K1 = K2 = K12): the diagonal stays the one-point map."""
+        need = _used(i1[idx], u1.size)
+        vals = np.zeros(u1.size)
+        # kernels asks for the off-diagonal entries first, then the diagonal at the same variances:
+        # E[f^2] is then the energy of the coefficients just computed (the same rule and sum)
+        known = np.zeros(need.size, dtype=bool)
+        if self.same and self._energy is not None and self._energy[0].size:
+            ku, ke = self._energy
+            j = np.minimum(np.searchsorted(ku, u1[need]), ku.size - 1)
+            known = ku[j] == u1[need]
+            vals[need[known]] = ke[j[known]]
+        rest = need[~known]
+        if rest.size:
+            vals[rest] = _one_point(self.f, self.g, np.union1d(self.cuts_f, self.cuts_g), u1[rest],
+                                    LEVELS[0][1])
+        out[idx] = vals[i1[idx]]
+
+    def _beyond_series(self, pend, k1, k2, k12, out):
+        """The entries no series level settled: the splits, the conditional rule, then the nested
+        exp-sinh engine; ValueError where none reaches the tolerance."""
         if pend.size:
             pend = self._split(pend, k1, k2, k12, out)
         if pend.size:
@@ -1422,11 +1442,6 @@ class ProductMoment:
                 raise ValueError(f"two-point Gaussian quadrature did not reach its tolerance at K1={k1[bad]:.6g}, "
                                  f"K2={k2[bad]:.6g}, K12={k12[bad]:.17g} (neither the Hermite series nor the "
                                  "nested exp-sinh rule); see meanfield.gram, Numerics")
-        out = out.reshape(shape)
-        if sym:
-            low = np.tril_indices(shape[0], -1)
-            out[low] = out.T[low]
-        return out
 
     def _zero(self):
         """f odd and g even (or the reverse): E[f(u) g(v)] = 0 exactly ((u, v) -> (-u, -v))."""

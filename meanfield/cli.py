@@ -536,25 +536,42 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    for add_subcommand in _SUBCOMMANDS:   # in this order in --help
+        add_subcommand(sub)
+    return p
 
-    def add(name, grid=(), **kw):   # the grid paragraph only where there are grid options
-        return sub.add_parser(name, epilog=(_grid_epilog(grid) if grid else "") + EPILOG, **kw)
 
-    s = add("recursion", help="print the derived infinite-width recursions",
-            description="Print K^{l+1}(K^l), chi_J, chi_K for an architecture.")
+def _add_command(sub, name, grid=(), **kw):
+    """A subcommand parser; the grid paragraph in its epilog only where there are grid options."""
+    return sub.add_parser(name, epilog=(_grid_epilog(grid) if grid else "") + EPILOG, **kw)
+
+
+def _add_recursion_parser(sub) -> None:
+    """The `meanfield recursion` subcommand."""
+    s = _add_command(
+        sub, "recursion", help="print the derived infinite-width recursions",
+        description="Print K^{l+1}(K^l), chi_J, chi_K for an architecture.")
     _add_arch_options(s)
     s.add_argument("--latex", action="store_true", help="print LaTeX instead of text")
     _add_json(s, "meanfield.Recursion")
     s.set_defaults(func=cmd_recursion)
 
-    s = add("critical-point", help="points with chi_J* = chi_K* = 1",
-            description="All critical points (chi_J* = chi_K* = 1) with K* and stability.")
+
+def _add_critical_point_parser(sub) -> None:
+    """The `meanfield critical-point` subcommand."""
+    s = _add_command(
+        sub, "critical-point", help="points with chi_J* = chi_K* = 1",
+        description="All critical points (chi_J* = chi_K* = 1) with K* and stability.")
     _add_arch_options(s)
     _add_json(s, "meanfield.CriticalPoints")
     s.set_defaults(func=cmd_critical_point)
 
-    s = add("critical-line", grid=("--sigma-w",), help="sigma_b on the critical line for given sigma_w",
-            description="sigma_b(sigma_w) with chi_J* = 1 (nan where no line exists), printed as a table.")
+
+def _add_critical_line_parser(sub) -> None:
+    """The `meanfield critical-line` subcommand."""
+    s = _add_command(
+        sub, "critical-line", grid=("--sigma-w",), help="sigma_b on the critical line for given sigma_w",
+        description="sigma_b(sigma_w) with chi_J* = 1 (nan where no line exists), printed as a table.")
     _add_arch_options(s)
     s.add_argument("--sigma-w", default="0.5:3:11", metavar="GRID",
                    help=f"sigma_w values: {GRID_HELP} (default 0.5:3:11)")
@@ -566,19 +583,27 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the result as JSON (saved to a .json file it loads with meanfield.CriticalLine.load)")
     s.set_defaults(func=cmd_critical_line)
 
-    s = add("exponents", help="critical exponents zeta_K and zeta",
-            description="Critical exponents, analytic (series) and numeric (deep iteration).")
+
+def _add_exponents_parser(sub) -> None:
+    """The `meanfield exponents` subcommand."""
+    s = _add_command(
+        sub, "exponents", help="critical exponents zeta_K and zeta",
+        description="Critical exponents, analytic (series) and numeric (deep iteration).")
     _add_arch_options(s)
     s.add_argument("--sigma-w", type=_finite, required=True, metavar="X", help="weight scale sigma_w (>= 0)")
     s.add_argument("--sigma-b", type=_finite, required=True, metavar="X", help="bias scale sigma_b (>= 0)")
     _add_json(s, "meanfield.Exponents")
     s.set_defaults(func=cmd_exponents)
 
-    s = add("phase-diagram", grid=("--sigma-w", "--sigma-b"),
-            help="chi_J*, xi and phase on a grid; writes a figure, CSV and JSON",
-            description="Phase diagram on a (sigma_w, sigma_b) grid: writes PREFIX.png (or .pdf/.svg), "
-                        "PREFIX.csv and PREFIX.json (both load with meanfield.PhaseDiagram.load), and prints the "
-                        "phase counts (or, with --json, a summary with the data).")
+
+def _add_phase_diagram_parser(sub) -> None:
+    """The `meanfield phase-diagram` subcommand."""
+    s = _add_command(
+        sub, "phase-diagram", grid=("--sigma-w", "--sigma-b"),
+        help="chi_J*, xi and phase on a grid; writes a figure, CSV and JSON",
+        description="Phase diagram on a (sigma_w, sigma_b) grid: writes PREFIX.png (or .pdf/.svg), "
+                    "PREFIX.csv and PREFIX.json (both load with meanfield.PhaseDiagram.load), and prints the "
+                    "phase counts (or, with --json, a summary with the data).")
     _add_arch_options(s)
     s.add_argument("--sigma-w", default="0.1:3:60", metavar="GRID", help=f"sigma_w values: {GRID_HELP} "
                    "(default 0.1:3:60)")
@@ -593,17 +618,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(s)
     s.set_defaults(func=cmd_phase_diagram)
 
-    s = add("verify", help="run the Monte-Carlo verification suite (needs torch)",
-            description="Compare theory with Monte-Carlo torch networks: the quick case list shipped with the "
-                        "package by default. Exit status 0 when every case passes (or fails as declared), 1 when "
-                        "one fails, 2 for bad arguments.")
+
+def _add_verify_parser(sub) -> None:
+    """The `meanfield verify` subcommand."""
+    s = _add_command(
+        sub, "verify", help="run the Monte-Carlo verification suite (needs torch)",
+        description="Compare theory with Monte-Carlo torch networks: the quick case list shipped with the "
+                    "package by default. Exit status 0 when every case passes (or fails as declared), 1 when "
+                    "one fails, 2 for bad arguments.")
     from ._verify_options import add_options  # torch-free: the parser must not import torch
 
     add_options(s, full_flag=True)
     s.set_defaults(func=cmd_verify)
 
-    s = add("autoinit", help="tune a model to criticality with AutoInit (needs torch)",
-            description="Tune one of the package's models and write the tuned initialisation (JSON).")
+
+def _add_autoinit_parser(sub) -> None:
+    """The `meanfield autoinit` subcommand."""
+    s = _add_command(
+        sub, "autoinit", help="tune a model to criticality with AutoInit (needs torch)",
+        description="Tune one of the package's models and write the tuned initialisation (JSON).")
     s.add_argument("--model", default="mlp", choices=("mlp", "resmlp", "vgg"),
                    help="a ReLU/GELU MLP, a small ResMLP (32x32 inputs) or a slim VGG19_BN (default mlp)")
     s.add_argument("--depth", type=int, default=10,
@@ -622,10 +655,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(s)
     s.set_defaults(func=cmd_autoinit)
 
-    s = add("kernels", help="NNGP and NTK Gram matrices on inputs from a .npy file",
-            description="Infinite-width NNGP and NTK Gram matrices of the network's output on the rows of "
-                        "--inputs (against the rows of --inputs2, or of --inputs), written to --out "
-                        "(.npz or .json; meanfield.gram.Kernels.load reads it). See meanfield.kernels.")
+
+def _add_kernels_parser(sub) -> None:
+    """The `meanfield kernels` subcommand."""
+    s = _add_command(
+        sub, "kernels", help="NNGP and NTK Gram matrices on inputs from a .npy file",
+        description="Infinite-width NNGP and NTK Gram matrices of the network's output on the rows of "
+                    "--inputs (against the rows of --inputs2, or of --inputs), written to --out "
+                    "(.npz or .json; meanfield.gram.Kernels.load reads it). See meanfield.kernels.")
     _add_arch_options(s)
     s.add_argument("--inputs", required=True, metavar="FILE.npy",
                    help="inputs, an array of shape (n1, d); images (n1, T, d) for --block resmlp/mixer "
@@ -645,15 +682,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(s)
     s.set_defaults(func=cmd_kernels)
 
-    s = add("cache", help="show or clear the cache of compiled recursions",
-            description="Compiled recursions and solver kernels are cached on disk (MEANFIELD_CACHE_DIR, else "
-                        "XDG_CACHE_HOME/meanfield or ~/.cache/meanfield). 'info' shows where and how big; "
-                        "'clear' removes what meanfield put there.")
+
+def _add_cache_parser(sub) -> None:
+    """The `meanfield cache` subcommand."""
+    s = _add_command(
+        sub, "cache", help="show or clear the cache of compiled recursions",
+        description="Compiled recursions and solver kernels are cached on disk (MEANFIELD_CACHE_DIR, else "
+                    "XDG_CACHE_HOME/meanfield or ~/.cache/meanfield). 'info' shows where and how big; "
+                    "'clear' removes what meanfield put there.")
     s.add_argument("action", nargs="?", default="info", choices=("info", "clear"),
                    help="info (default) or clear")
     _add_json(s)
     s.set_defaults(func=cmd_cache)
-    return p
+
+
+_SUBCOMMANDS = (_add_recursion_parser, _add_critical_point_parser, _add_critical_line_parser,
+                _add_exponents_parser, _add_phase_diagram_parser, _add_verify_parser, _add_autoinit_parser,
+                _add_kernels_parser, _add_cache_parser)
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):

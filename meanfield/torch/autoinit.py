@@ -95,7 +95,7 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 import numpy as np
 import torch
@@ -1160,6 +1160,42 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
     AutoInitError
         A NaN/inf/zero APJN, kernel or loss; the message names the step and the block.
     """
+    plan = _plan(model, inputs, blocks, params, loss, lam, lr, mode, steps, tol, n_probes, batch_size, seed,
+                 report_probes, average)
+    t0 = time.perf_counter()
+    first, before, run, after = _measure_and_tune(model, plan, progress)
+    scales = {n: float(a) for n, a in run.final.items()}
+    shapes = {n: list(p.shape) for n, p in model.named_parameters() if n in scales}  # before a freeze renames
+    target = model if inplace else copy.deepcopy(model)
+    apply_scales(target, scales, mode=plan.mode)
+    wall = time.perf_counter() - t0
+    return target, _report(model, plan, first, before, run, after, scales, shapes, wall)
+
+
+class _Plan(NamedTuple):
+    """The checked arguments of :func:`autoinit` and what follows from them."""
+
+    x_all: torch.Tensor
+    blocks: list
+    tuned: list
+    loss: str
+    lam: float
+    mode: str
+    steps: int
+    tol: float
+    n_probes: int
+    report_probes: int
+    average: int
+    batch_size: int
+    relu: object   # the ReLU MLP's weights (one-step rates) or None
+    lr_map: object  # {name: rate}, or None with relu
+    lr_desc: object
+    seed: int
+
+
+def _plan(model, inputs, blocks, params, loss, lam, lr, mode, steps, tol, n_probes, batch_size, seed,
+          report_probes, average) -> _Plan:
+    """Check every argument of :func:`autoinit` (ValueError naming it) and settle the learning rates."""
     _check_model(model)
     x_all = _check_inputs(model, inputs)
     loss, lam, mode, steps, tol, n_probes, report_probes, average, batch_size = _check_autoinit_args(
@@ -1169,39 +1205,45 @@ def autoinit(model: nn.Module, inputs: torch.Tensor, blocks=None, loss: str = "j
     if _batch_coupled(model) and batch_size < 2:
         raise ValueError("the model has BatchNorm, which needs batch_size >= 2 (batch statistics)")
     relu, lr_map, lr_desc = _learning_rates(model, blocks, tuned, lr)
+    return _Plan(x_all, blocks, tuned, loss, lam, mode, steps, tol, n_probes, report_probes, average, batch_size,
+                 relu, lr_map, lr_desc, seed)
 
+
+def _measure_and_tune(model, plan: _Plan, progress):
+    """(first batch, J/K before, the tuning run, J/K after): the measurements on the first ``batch_size`` inputs
+    with ``report_probes`` probes, around :func:`_tune` (Algorithm 1/2)."""
+    x_all, seed = plan.x_all, plan.seed
     device, dtype = x_all.device, x_all.dtype
-    batch = _batches(x_all, batch_size, _generator(seed, 0))
-    scales = {n: torch.ones((), device=device, dtype=dtype, requires_grad=True) for n in tuned}
-    first = x_all[:batch_size]
-    t0 = time.perf_counter()
+    batch = _batches(x_all, plan.batch_size, _generator(seed, 0))
+    scales = {n: torch.ones((), device=device, dtype=dtype, requires_grad=True) for n in plan.tuned}
+    first = x_all[:plan.batch_size]
     with _measuring(model):
-        twin = _Twin(model, blocks)
+        twin = _Twin(model, plan.blocks)
         _check_order(twin, first)
-        before = _estimate(twin, first, None, report_probes, _generator(seed, 2, device))
-        run = _tune(twin, batch, scales, tuned, blocks, loss, lam, steps, tol, n_probes, relu, lr_map, average,
-                    _generator(seed, 1, device), progress)
-        after = _estimate(twin, first, run.final, report_probes, _generator(seed, 2, device))
+        before = _estimate(twin, first, None, plan.report_probes, _generator(seed, 2, device))
+        run = _tune(twin, batch, scales, plan.tuned, plan.blocks, plan.loss, plan.lam, plan.steps, plan.tol,
+                    plan.n_probes, plan.relu, plan.lr_map, plan.average, _generator(seed, 1, device), progress)
+        after = _estimate(twin, first, run.final, plan.report_probes, _generator(seed, 2, device))
+    return first, before, run, after
+
+
+def _report(model, plan: _Plan, first, before, run, after, scales, shapes, wall) -> AutoInitReport:
+    """The :class:`AutoInitReport` of a finished :func:`autoinit` run."""
     notes = []
     if not run.converged:
-        notes.append(f"loss {run.loss_hist[-1]:.3g} > tol {tol:g} after {run.steps} steps: see loss_history; the "
-                     f"noise of the estimate ({n_probes} probes x batch {batch_size}) may keep the loss above tol")
-    scales_f = {n: float(a) for n, a in run.final.items()}
-    shapes = {n: list(p.shape) for n, p in model.named_parameters() if n in scales_f}
-    target = model if inplace else copy.deepcopy(model)
-    apply_scales(target, scales_f, mode=mode)
-    wall = time.perf_counter() - t0
+        notes.append(f"loss {run.loss_hist[-1]:.3g} > tol {plan.tol:g} after {run.steps} steps: see loss_history; "
+                     f"the noise of the estimate ({plan.n_probes} probes x batch {plan.batch_size}) may keep the "
+                     "loss above tol")
     t = run.steps
-    report = AutoInitReport(
-        blocks=blocks, loss=loss, lam=lam, mode=mode, lr=lr_desc, steps=t, converged=run.converged, tol=tol,
-        batch_size=batch_size, n_probes=n_probes,
-        before=Measurement(blocks, *before, "fused", report_probes, first.shape[0]),
-        after=Measurement(blocks, *after, "fused", report_probes, first.shape[0]),
-        loss_history=np.array(run.loss_hist), J_history=np.array(run.J_hist), scales=scales_f, shapes=shapes,
-        average=average,
+    return AutoInitReport(
+        blocks=plan.blocks, loss=plan.loss, lam=plan.lam, mode=plan.mode, lr=plan.lr_desc, steps=t,
+        converged=run.converged, tol=plan.tol, batch_size=plan.batch_size, n_probes=plan.n_probes,
+        before=Measurement(plan.blocks, *before, "fused", plan.report_probes, first.shape[0]),
+        after=Measurement(plan.blocks, *after, "fused", plan.report_probes, first.shape[0]),
+        loss_history=np.array(run.loss_hist), J_history=np.array(run.J_hist), scales=scales, shapes=shapes,
+        average=plan.average,
         model_class=type(model).__name__, wall_time=wall,
         steps_per_second=(t / run.loop_time if run.loop_time > 0 and t else float("nan")), notes=notes)
-    return target, report
 
 
 def _check_autoinit_args(x_all, loss, lam, mode, steps, tol, n_probes, report_probes, average, batch_size):

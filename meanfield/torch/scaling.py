@@ -138,6 +138,17 @@ def measure_scaling(model: nn.Module, inputs: torch.Tensor | Callable[[torch.Gen
     chosen = [(n, m) for n, m in scaled_layers(model) if layers is None or m in set(layers)]
     if not chosen:
         raise ValueError("model has no nn.Linear / nn.Conv layer to measure")
+    stats, batches = _hooked_passes(model, chosen, inputs, int(n_repeats), gen)
+    dw2 = _per_sample_weight_gradients(model, chosen, batches if weight_gradients else [])
+    return [_layer_scaling(name, m, stats[id(m)], dw2[id(m)]) for name, m in chosen]
+
+
+def _hooked_passes(model, chosen, inputs, n_repeats, gen):
+    """Forward/backward passes of ``model`` with a Gaussian loss direction g, loss = sum(out * g).
+
+    Returns ``({id(layer): [per-pass dict of x2, y2, dy2, dx2, x_shape, y_shape]}, [(x, g) per pass])``:
+    the mean squares of each chosen layer's input, output and their gradients, read by hooks.
+    """
     stats = {id(m): [] for _, m in chosen}
     cache: dict = {}
     handles = []
@@ -154,21 +165,12 @@ def measure_scaling(model: nn.Module, inputs: torch.Tensor | Callable[[torch.Gen
             "dx2": float("nan") if gx is None else gx.detach().pow(2).mean().item(),
             "x_shape": tuple(x.shape), "y_shape": tuple(y.shape)})
 
-    params = {n: p.detach() for n, p in model.named_parameters()}
-    weight_keys = {id(m): f"{n}.weight" if n else "weight" for n, m in chosen}
-
-    def sample_loss(p, xb, gb):
-        out = torch.func.functional_call(model, p, (xb[None],))
-        return (out * gb[None]).sum()
-
-    per_sample_grad = torch.func.vmap(torch.func.grad(sample_loss), in_dims=(None, 0, 0))
-
     for _, m in chosen:
         handles.append(m.register_forward_hook(fwd_hook))
         handles.append(m.register_full_backward_hook(bwd_hook))
     batches = []
     try:
-        for _ in range(int(n_repeats)):
+        for _ in range(n_repeats):
             x = inputs(gen) if callable(inputs) else inputs
             x = x.detach().clone().requires_grad_(True)
             out = model(x)
@@ -179,25 +181,40 @@ def measure_scaling(model: nn.Module, inputs: torch.Tensor | Callable[[torch.Gen
     finally:
         for h in handles:
             h.remove()
-    # per-sample weight gradients (the paper's batch size 1) for the same inputs and
-    # loss directions: E[Delta W^2] then has no cross-sample terms, which vanish only
-    # on average and are noisy at small widths (full backward hooks cannot run under vmap)
+    return stats, batches
+
+
+def _per_sample_weight_gradients(model, chosen, batches):
+    """{id(layer): [E[Delta W^2] per pass]} ([nan] without passes), from per-sample weight gradients.
+
+    The paper's batch size 1, for the same inputs and loss directions: E[Delta W^2] then
+    has no cross-sample terms, which vanish only on average and are noisy at small widths
+    (full backward hooks cannot run under vmap).
+    """
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    weight_keys = {id(m): f"{n}.weight" if n else "weight" for n, m in chosen}
+
+    def sample_loss(p, xb, gb):
+        out = torch.func.functional_call(model, p, (xb[None],))
+        return (out * gb[None]).sum()
+
+    per_sample_grad = torch.func.vmap(torch.func.grad(sample_loss), in_dims=(None, 0, 0))
     dw2 = {id(m): [float("nan")] for _, m in chosen}
-    for x, g in (batches if weight_gradients else []):
+    for x, g in batches:
         grads = per_sample_grad(params, x, g)
         for _, m in chosen:
             dw2[id(m)] = [v for v in dw2[id(m)] if v == v] + [grads[weight_keys[id(m)]].pow(2).mean().item()]
-    result = []
-    for name, m in chosen:
-        rows = stats[id(m)]
-        fan_in, fan_out, c_in, k2 = _layer_geometry(m)
-        c_out = m.out_features if isinstance(m, nn.Linear) else m.out_channels
-        mean = {k: float(np.mean([r[k] for r in rows])) for k in ("x2", "y2", "dx2", "dy2")}
-        result.append(LayerScaling(name, fan_in, fan_out, k2, _spatial(rows[0]["x_shape"], m),
-                                   _spatial(rows[0]["y_shape"], m),
-                                   w2=m.weight.detach().pow(2).mean().item(),
-                                   dw2=float(np.mean(dw2[id(m)])), in_channels=c_in, out_channels=c_out, **mean))
-    return result
+    return dw2
+
+
+def _layer_scaling(name, m, rows, dw2) -> LayerScaling:
+    """One layer's :class:`LayerScaling` from its per-pass hook rows and E[Delta W^2] values (averaged)."""
+    fan_in, fan_out, c_in, k2 = _layer_geometry(m)
+    c_out = m.out_features if isinstance(m, nn.Linear) else m.out_channels
+    mean = {k: float(np.mean([r[k] for r in rows])) for k in ("x2", "y2", "dx2", "dy2")}
+    return LayerScaling(name, fan_in, fan_out, k2, _spatial(rows[0]["x_shape"], m), _spatial(rows[0]["y_shape"], m),
+                        w2=m.weight.detach().pow(2).mean().item(), dw2=float(np.mean(dw2)), in_channels=c_in,
+                        out_channels=c_out, **mean)
 
 
 # ---------------------------------------------------------------------------

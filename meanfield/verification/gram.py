@@ -96,41 +96,11 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
     """
     spec = as_architecture(arch)
     tokens = spec.has_tokens
-    check_choice("parameterization", parameterization, ("ntk", "standard"))
-    get = (get,) if isinstance(get, str) else tuple(get)
-    if not get or any(g not in ("nngp", "ntk") for g in get):
-        raise ValueError(f"get must be 'nngp', 'ntk' or a tuple of them, got {get!r}")
-    depth = check_int("depth", depth, 1)
-    width = check_int("width", width, 1)
-    n_init = check_int("n_init", n_init, 2)
-    n_outputs = check_int("n_outputs", n_outputs, 1, width)
-    sw = float(check_real("sigma_w", sigma_w, minimum=0))
-    sb = float(check_real("sigma_b", sigma_b, minimum=0))
+    get, depth, width, n_init, n_outputs, sw, sb = _check_empirical_args(
+        spec, parameterization, get, depth, width, n_init, n_outputs, sigma_w, sigma_b)
     want_ntk = "ntk" in get
-    if want_ntk and parameterization == "standard":
-        if sw == 0 or sb == 0:
-            raise ValueError("the standard parameterisation's empirical NTK is read off the NTK one by "
-                             "rescaling gradients: it needs sigma_w > 0 and sigma_b > 0")
-        if any(isinstance(p, Dense) and (p.sigma_w != S.sigma_w or p.sigma_b != S.sigma_b) for p in spec.nodes()):
-            raise ValueError("the standard parameterisation's empirical NTK needs every dense() at the "
-                             "symbols sigma_w, sigma_b (no numbers fixed in the tree)")
     device = resolve_device(device)
-    a = torch.as_tensor(np.asarray(x1, dtype=np.float64))
-    b = a if x2 is None else torch.as_tensor(np.asarray(x2, dtype=np.float64))
-    nd = 3 if tokens else 2
-    if a.ndim != nd or b.ndim != nd or a.shape[1:] != b.shape[1:]:
-        raise ValueError(f"x1, x2 must be {nd}-d arrays {'(n, T, d)' if tokens else '(n, d)'} with the same "
-                         f"{'(T, d)' if tokens else 'd'}, got {tuple(a.shape)}, {tuple(b.shape)}")
-    n1 = a.shape[0]
-    if spec.couples_batch and x2 is not None:
-        raise ValueError("arch has a batch_norm(): the batch is the rows of x1; x2 must be None")
-    if ntk_rows is not None:
-        if x2 is not None:
-            raise ValueError("ntk_rows selects rows of x1; x2 must be None")
-        rows = np.asarray(ntk_rows, dtype=np.int64).ravel()
-        if rows.size < 1 or rows.min() < 0 or rows.max() >= n1:
-            raise ValueError(f"ntk_rows must be indices in [0, {n1}), got {ntk_rows!r}")
-    x = torch.cat([a, b]) if x2 is not None else a
+    x, n1, rows = _empirical_batch(spec, x1, x2, ntk_rows)
     B, T, d = (x.shape[0], x.shape[1], x.shape[2]) if tokens else (x.shape[0], 1, x.shape[1])
     x = x.to(device=device, dtype=dtype).view(1, 1, 1, B, T, d)
     params = {"sigma_w": [sw], "sigma_b": [sb], "mu": spec.mu if spec.mu is not None else 0.0,
@@ -152,40 +122,92 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
             h = net(ctx)
         if "nngp" in get:
             K_i.append((h @ h.T / width).double().cpu().numpy())
-        if not want_ntk:
-            continue
-        draws = [t.detach() for t in ctx.record]
-
-        def F(*ws):
-            return net(_ReplayContext([gen], params, device, dtype, replay=ws))[:, :n_outputs]
-
-        _, vjp = torch.func.vjp(F, *draws)
-        sel = torch.arange(B) if ntk_rows is None else torch.as_tensor(rows)
-        R = len(sel)
-        theta = torch.zeros(R, R, device=device, dtype=torch.float64)
-        for k in range(n_outputs):
-            cot = torch.zeros(R, B, n_outputs, device=device, dtype=dtype)
-            cot[torch.arange(R), sel, k] = 1.0
-            grads = torch.func.vmap(vjp)(cot)       # tuple over draws of (R, 1, *shape)
-            for g in grads:
-                gf = g.reshape(R, -1)
-                if parameterization == "standard":
-                    # a weight draw (1, out, fan_in): dW = dw sqrt(n)/sigma_w; a bias draw (1, out): db = dbeta/sigma_b
-                    gf = gf * (np.sqrt(g.shape[-1]) / sw if g.dim() == 4 else 1.0 / sb)
-                theta += (gf @ gf.T).double()
-        T_i.append((theta / n_outputs).cpu().numpy())
-
-    def stats(lst):
-        if not lst:
-            return None, None
-        arr = np.array(lst)
-        m, se = arr.mean(0), arr.std(0, ddof=1) / np.sqrt(len(arr))
-        return (m[:n1, :n1], se[:n1, :n1]) if x2 is None else (m[:n1, n1:], se[:n1, n1:])
-
-    (K, Kse) = stats(K_i)
-    if ntk_rows is None:
-        (T, Tse) = stats(T_i)
-    else:
-        arr = np.array(T_i) if T_i else None
-        T, Tse = (None, None) if arr is None else (arr.mean(0), arr.std(0, ddof=1) / np.sqrt(len(arr)))
+        if want_ntk:
+            sel = torch.arange(B) if ntk_rows is None else torch.as_tensor(rows)
+            T_i.append(_empirical_ntk(net, ctx, gen, params, device, dtype, B, sel, n_outputs, parameterization,
+                                      sw, sb))
+    block_of = (slice(None, n1), slice(None, n1)) if x2 is None else (slice(None, n1), slice(n1, None))
+    K, Kse = _mean_and_se(K_i, block_of)
+    T, Tse = _mean_and_se(T_i, block_of if ntk_rows is None else (slice(None), slice(None)))
     return EmpiricalKernels(spec, sw, sb, depth, width, n_init, parameterization, K, Kse, T, Tse)
+
+
+def _check_empirical_args(spec, parameterization, get, depth, width, n_init, n_outputs, sigma_w, sigma_b):
+    """The scalar arguments of :func:`empirical_kernels`, checked (ValueError naming the argument):
+    ``(get as a tuple, depth, width, n_init, n_outputs, sigma_w, sigma_b as floats)``."""
+    check_choice("parameterization", parameterization, ("ntk", "standard"))
+    get = (get,) if isinstance(get, str) else tuple(get)
+    if not get or any(g not in ("nngp", "ntk") for g in get):
+        raise ValueError(f"get must be 'nngp', 'ntk' or a tuple of them, got {get!r}")
+    depth = check_int("depth", depth, 1)
+    width = check_int("width", width, 1)
+    n_init = check_int("n_init", n_init, 2)
+    n_outputs = check_int("n_outputs", n_outputs, 1, width)
+    sw = float(check_real("sigma_w", sigma_w, minimum=0))
+    sb = float(check_real("sigma_b", sigma_b, minimum=0))
+    if "ntk" in get and parameterization == "standard":
+        if sw == 0 or sb == 0:
+            raise ValueError("the standard parameterisation's empirical NTK is read off the NTK one by "
+                             "rescaling gradients: it needs sigma_w > 0 and sigma_b > 0")
+        if any(isinstance(p, Dense) and (p.sigma_w != S.sigma_w or p.sigma_b != S.sigma_b) for p in spec.nodes()):
+            raise ValueError("the standard parameterisation's empirical NTK needs every dense() at the "
+                             "symbols sigma_w, sigma_b (no numbers fixed in the tree)")
+    return get, depth, width, n_init, n_outputs, sw, sb
+
+
+def _empirical_batch(spec, x1, x2, ntk_rows):
+    """``(x1 and x2 stacked as one float64 tensor, n1, ntk_rows as an int64 array or None)``, checked
+    (ValueError naming the argument): (n, d) rows, or (n, T, d) for token blocks."""
+    tokens = spec.has_tokens
+    a = torch.as_tensor(np.asarray(x1, dtype=np.float64))
+    b = a if x2 is None else torch.as_tensor(np.asarray(x2, dtype=np.float64))
+    nd = 3 if tokens else 2
+    if a.ndim != nd or b.ndim != nd or a.shape[1:] != b.shape[1:]:
+        raise ValueError(f"x1, x2 must be {nd}-d arrays {'(n, T, d)' if tokens else '(n, d)'} with the same "
+                         f"{'(T, d)' if tokens else 'd'}, got {tuple(a.shape)}, {tuple(b.shape)}")
+    n1 = a.shape[0]
+    if spec.couples_batch and x2 is not None:
+        raise ValueError("arch has a batch_norm(): the batch is the rows of x1; x2 must be None")
+    rows = None
+    if ntk_rows is not None:
+        if x2 is not None:
+            raise ValueError("ntk_rows selects rows of x1; x2 must be None")
+        rows = np.asarray(ntk_rows, dtype=np.int64).ravel()
+        if rows.size < 1 or rows.min() < 0 or rows.max() >= n1:
+            raise ValueError(f"ntk_rows must be indices in [0, {n1}), got {ntk_rows!r}")
+    return (torch.cat([a, b]) if x2 is not None else a), n1, rows
+
+
+def _empirical_ntk(net, ctx, gen, params, device, dtype, B, sel, n_outputs, parameterization, sw, sb):
+    """One initialisation's empirical NTK on the batch rows ``sel``, averaged over the first ``n_outputs``
+    units: Theta = sum over draws of J J^T / n_outputs, J the gradients of the outputs w.r.t. the draws
+    that ``ctx`` recorded (one vmapped reverse pass per unit). (len(sel), len(sel)) float64 array."""
+    draws = [t.detach() for t in ctx.record]
+
+    def F(*ws):
+        return net(_ReplayContext([gen], params, device, dtype, replay=ws))[:, :n_outputs]
+
+    _, vjp = torch.func.vjp(F, *draws)
+    R = len(sel)
+    theta = torch.zeros(R, R, device=device, dtype=torch.float64)
+    for k in range(n_outputs):
+        cot = torch.zeros(R, B, n_outputs, device=device, dtype=dtype)
+        cot[torch.arange(R), sel, k] = 1.0
+        grads = torch.func.vmap(vjp)(cot)       # tuple over draws of (R, 1, *shape)
+        for g in grads:
+            gf = g.reshape(R, -1)
+            if parameterization == "standard":
+                # a weight draw (1, out, fan_in): dW = dw sqrt(n)/sigma_w; a bias draw (1, out): db = dbeta/sigma_b
+                gf = gf * (np.sqrt(g.shape[-1]) / sw if g.dim() == 4 else 1.0 / sb)
+            theta += (gf @ gf.T).double()
+    return (theta / n_outputs).cpu().numpy()
+
+
+def _mean_and_se(per_init, block):
+    """(mean, standard error) over the initialisations of the ``block`` (a pair of slices) of each matrix;
+    (None, None) when there are none."""
+    if not per_init:
+        return None, None
+    arr = np.array(per_init)
+    m, se = arr.mean(0), arr.std(0, ddof=1) / np.sqrt(len(arr))
+    return m[block], se[block]
