@@ -8,15 +8,12 @@ import numpy as np
 import pytest
 
 import meanfield as mf
+import references as R
 
 pytestmark = pytest.mark.filterwarnings("error")
 mp.mp.dps = 30
 REL = 1e-10
 
-
-def close(a, b, rel=REL, abs_=1e-12):
-    a, b = float(mp.re(a)), float(mp.re(b))
-    return abs(a - b) <= rel * abs(b) + abs_
 
 
 @pytest.mark.slow
@@ -41,8 +38,8 @@ def test_every_block(kw):
                 "sigma_w": sw, "sigma_b": 0.2, "mu": 1.0 if rec.architecture.mu is None else rec.architecture.mu,
                 "eps": rec.architecture.eps}
         subs = {sp.Symbol(k): v for k, v in subs.items()}
-        assert close(sp.N(rec.kernel.evalf(25, subs=subs)), st.K[i], rel=1e-9)
-        assert close(sp.N(rec.chi_J.evalf(25, subs=subs)), st.chi_J[i], rel=1e-9)
+        assert R.close(sp.N(rec.kernel.evalf(25, subs=subs)), st.K[i], rel=1e-9)
+        assert R.close(sp.N(rec.chi_J.evalf(25, subs=subs)), st.chi_J[i], rel=1e-9)
     line = mf.critical_line(sigma_w=np.linspace(0.2, 3, 5), **kw)
     assert line.sigma_b.shape == (5,)
     mf.phase_diagram(sigma_w=[0.5, 1.5], sigma_b=[0.1, 1.0], **kw)

@@ -18,10 +18,6 @@ mp.mp.dps = 30
 REL = 1e-10
 
 
-def close(a, b, rel=REL, abs_=1e-12):
-    a, b = float(mp.re(a)), float(mp.re(b))
-    return abs(a - b) <= rel * abs(b) + abs_
-
 
 # ---------------------------------------------------------------------------
 # Critical lines.
@@ -31,9 +27,9 @@ def test_erf_critical_line_and_eq126():
     line = mf.critical_line(activation="erf", sigma_w=sws)
     for sw, sb, K in zip(sws, line.sigma_b, line.K_star):
         ref, Kref = R.erf_critical_line(sw)
-        assert close(sb, ref) and close(K, Kref)
+        assert R.close(sb, ref) and R.close(K, Kref)
         # paper eq. 126, checked: it is this line
-        assert close(sb, R.erf_critical_sigma_b(sw))
+        assert R.close(sb, R.erf_critical_sigma_b(sw))
     assert np.all(line.chi_K < 1) and np.all(line.reached)
     # below the critical point there is no line
     assert np.isnan(mf.critical_line(activation="erf", sigma_w=[0.5, 0.8]).sigma_b).all()
@@ -46,15 +42,15 @@ def test_erf_residual_line_eq142(mu):
     sws = np.array([1.0, 1.5, 3.0])
     line = mf.critical_line(activation="erf", mu=mu, sigma_w=sws)
     for sw, sb in zip(sws, line.sigma_b):
-        assert close(sb, R.erf_critical_line(sw, mu)[0])
-        assert close(sb, R.erf_critical_sigma_b(sw, mu))
+        assert R.close(sb, R.erf_critical_line(sw, mu)[0])
+        assert R.close(sb, R.erf_critical_sigma_b(sw, mu))
 
 
 def test_line_solved_for_sigma_w():
     sbs = np.array([0.0, 0.2, 1.0])
     line = mf.critical_line(activation="erf", sigma_b=sbs)
     for sw, sb in zip(line.sigma_w, sbs):
-        assert close(mf.critical_line(activation="erf", sigma_w=[sw]).sigma_b[0], sb, abs_=1e-9)
+        assert R.close(mf.critical_line(activation="erf", sigma_w=[sw]).sigma_b[0], sb, abs_=1e-9)
     assert line.solved_for == "sigma_w" and np.allclose(np.asarray(line), line.sigma_w)
 
 
@@ -69,7 +65,7 @@ def test_scale_invariant_lines_and_points(slope, mu):
     assert np.allclose(line.sigma_w, ref, rtol=REL, atol=0)
     pts = mf.critical_point(**kw)
     assert len(pts) == 1
-    assert close(pts[0].sigma_w, ref) and pts[0].sigma_b == 0 and pts[0].stability == "marginal"
+    assert R.close(pts[0].sigma_w, ref) and pts[0].sigma_b == 0 and pts[0].stability == "marginal"
     # a line vertical in the plane is not a function of sigma_w
     assert np.isnan(mf.critical_line(sigma_w=[1.0, 1.3], **kw).sigma_b).all()
 
@@ -87,11 +83,11 @@ def test_ln_pre_lines(mu):
     erf_slope = _ln_pre_slope(mp.erf, R.derf)
     gelu_slope = _ln_pre_slope(R.gelu, R.dgelu)
     assert abs(erf_slope - mp.mpf("0.3238")) < 1e-4 and abs(gelu_slope - mp.mpf("0.1750")) < 1e-4
-    assert close(gelu_slope, (6 * mp.sqrt(3) * mp.pi) ** -0.5)   # eq. 171
+    assert R.close(gelu_slope, (6 * mp.sqrt(3) * mp.pi) ** -0.5)   # eq. 171
     for act, slope in (("erf", erf_slope), ("gelu", gelu_slope)):
         line = mf.critical_line(activation=act, norm="ln_pre", mu=mu, sigma_w=sws)
         for sw, sb in zip(sws, line.sigma_b):
-            assert close(sb, slope * sw)
+            assert R.close(sb, slope * sw)
 
 
 @pytest.mark.slow
@@ -121,9 +117,9 @@ def test_gelu_parametric_line_eqs_157_158():
     for K, sw, sb in zip(Ks, line.sigma_w, line.sigma_b):
         g = R.expect(lambda x: R.dgelu(x) ** 2, K, cuts=R.WIDE_CUTS)
         q = R.expect(lambda x: R.gelu(x) ** 2, K, cuts=R.WIDE_CUTS)
-        assert close(sw, 1 / mp.sqrt(g)) and close(sb, mp.sqrt(K - q / g))
+        assert R.close(sw, 1 / mp.sqrt(g)) and R.close(sb, mp.sqrt(K - q / g))
         eq157, eq158 = R.gelu_critical_line(K)
-        assert close(sw, eq157) and close(sb, eq158)
+        assert R.close(sw, eq157) and R.close(sb, eq158)
     # below K* = (3 + sqrt 17)/2 the line's fixed point is unstable: inputs never reach it
     assert list(line.chi_K > 1) == [True, True, False]
     assert list(line.reached) == [False, False, True]
@@ -216,13 +212,13 @@ def test_gelu_critical_points(mu):
     assert len(pts) == 2
     p0, p1 = sorted(pts, key=lambda p: p.K_star)
     # (2 sqrt(1-mu^2), 0) with K* = 0 (eqs. 161, 183)
-    assert p0.K_star == 0 and close(p0.sigma_w, 2 * math.sqrt(1 - m * m)) and p0.sigma_b == 0
+    assert p0.K_star == 0 and R.close(p0.sigma_w, 2 * math.sqrt(1 - m * m)) and p0.sigma_b == 0
     K, Wv, Tv = R.gelu_critical_point(m)
-    assert close(K, (3 + mp.sqrt(17)) / 2, rel=1e-18)       # eqs. 160, 182
-    assert close(p1.K_star, K, rel=1e-12)
-    assert close(p1.sigma_w, mp.sqrt(Wv)) and close(p1.sigma_b, mp.sqrt(Tv))
+    assert R.close(K, (3 + mp.sqrt(17)) / 2, rel=1e-18)       # eqs. 160, 182
+    assert R.close(p1.K_star, K, rel=1e-12)
+    assert R.close(p1.sigma_w, mp.sqrt(Wv)) and R.close(p1.sigma_b, mp.sqrt(Tv))
     s = math.sqrt(1 - m * m)                                 # eq. 184: both scale by sqrt(1 - mu^2)
-    assert close(p1.sigma_w, 1.4082110131076049 * s, rel=1e-12) and close(p1.sigma_b, 0.41583938095864292 * s,
+    assert R.close(p1.sigma_w, 1.4082110131076049 * s, rel=1e-12) and R.close(p1.sigma_b, 0.41583938095864292 * s,
                                                                           rel=1e-12)
     # K* attracts only from above; the unit input converges to a second, stable fixed point below it
     assert p1.stability == "half-stable from above" and p1.c2 > 0
@@ -230,7 +226,7 @@ def test_gelu_critical_points(mu):
     kinds = {fp.stability: fp for fp in p1.fixed_points}
     assert kinds["stable"].basin[1] == pytest.approx(p1.K_star)
     assert kinds["half-stable from above"].basin == (pytest.approx(p1.K_star), math.inf)
-    assert close(mf.fixed_point(activation="gelu", mu=mu, sigma_w=p1.sigma_w, sigma_b=p1.sigma_b, K0=10.0),
+    assert R.close(mf.fixed_point(activation="gelu", mu=mu, sigma_w=p1.sigma_w, sigma_b=p1.sigma_b, K0=10.0),
                  p1.K_star, rel=1e-6)
     # (2, 0): K* = 0 repels every input K > 0 (which then diverges)
     assert p0.unit_input_reaches == math.inf
@@ -242,7 +238,7 @@ def test_erf_critical_point(mu):
     m = mu or 0.0
     pts = mf.critical_point(activation="erf", mu=mu)
     assert len(pts) == 1
-    assert close(pts[0].sigma_w, math.sqrt(math.pi * (1 - m * m) / 4)) and pts[0].sigma_b == 0   # eqs. 127, 143
+    assert R.close(pts[0].sigma_w, math.sqrt(math.pi * (1 - m * m) / 4)) and pts[0].sigma_b == 0   # eqs. 127, 143
     assert pts[0].K_star == 0 and pts[0].unit_input_reaches == 0
 
 
@@ -268,7 +264,7 @@ def test_correlation_length_and_phase_diagram():
     assert np.all((pd.phase == 1) == (pd.chi_J > 1 + pd.tol))
     assert set(pd.phase_names().ravel()) <= {"ordered", "critical", "chaotic"}
     K = mf.fixed_point(activation="erf", sigma_w=2.0, sigma_b=1.0)
-    assert close(pd.xi[2, 2], 1 / abs(mp.log(4 * 4 / (mp.pi * mp.sqrt(1 + 4 * K)))))
+    assert R.close(pd.xi[2, 2], 1 / abs(mp.log(4 * 4 / (mp.pi * mp.sqrt(1 + 4 * K)))))
     everywhere = mf.phase_diagram(activation="erf", norm="ln_pre", mu=1.0, sigma_w=sw, sigma_b=sb)
     assert everywhere.everywhere_critical and np.all(everywhere.phase == 0)
 
@@ -276,7 +272,7 @@ def test_correlation_length_and_phase_diagram():
 def test_edges_large_sigma_w():
     sb, K = R.erf_critical_line(1e3)
     line = mf.critical_line(activation="erf", sigma_w=[1e3])
-    assert close(line.sigma_b[0], sb, rel=1e-9) and close(line.K_star[0], K, rel=1e-9)
+    assert R.close(line.sigma_b[0], sb, rel=1e-9) and R.close(line.K_star[0], K, rel=1e-9)
     # chaotic unbounded activations diverge: K* = inf, chi_J* its limit
     assert mf.fixed_point(activation="gelu", sigma_w=1e3, sigma_b=0.1) == math.inf
     assert mf.chi_J(activation="gelu", sigma_w=1e3, sigma_b=0.1) == pytest.approx(1e6 / 2, rel=1e-9)

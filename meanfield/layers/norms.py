@@ -27,6 +27,20 @@ def _layer_norm_call(position, axis) -> str:
     return f"layer_norm({', '.join(args)})"
 
 
+def _is_torch_norm(module, kind: str, where: str) -> bool:
+    """True if ``module`` is ``torch.nn.<kind>`` with its affine parameters at their initial values
+    (weight 1, bias 0: ValueError naming ``where`` otherwise); torch imported here, on use."""
+    from torch import nn
+
+    from ..torch.context import check_affine_identity
+
+    cls = getattr(nn, kind, None)  # nn.RMSNorm: torch >= 2.4
+    if cls is None or not isinstance(module, cls):
+        return False
+    check_affine_identity(module, where)
+    return True
+
+
 def _centres_pair(norm, s: Signal) -> bool:
     """True when a normalisation runs along the pair's own axis.
 
@@ -149,13 +163,8 @@ class BatchNorm(Primitive):
     @classmethod
     def from_torch_module(cls, module, value, where):
         """``nn.BatchNorm1d`` in training mode (batch statistics), on a preactivation."""
-        from torch import nn
-
-        from ..torch.context import check_affine_identity
-
-        if not isinstance(module, nn.BatchNorm1d):
+        if not _is_torch_norm(module, "BatchNorm1d", where):
             return None
-        check_affine_identity(module, where)
         if not module.training:
             raise ValueError(f"{where}: BatchNorm1d in eval mode uses running statistics; the theory is "
                              "BatchNorm with batch statistics (call module.train())")
@@ -208,13 +217,8 @@ class LayerNorm(Primitive):
     @classmethod
     def from_torch_module(cls, module, value, where):
         """``nn.LayerNorm`` over the last axis: before phi on a preactivation, after it otherwise."""
-        from torch import nn
-
-        from ..torch.context import check_affine_identity
-
-        if not isinstance(module, nn.LayerNorm):
+        if not _is_torch_norm(module, "LayerNorm", where):
             return None
-        check_affine_identity(module, where)
         if len(module.normalized_shape) != 1:
             raise ValueError(f"{where}: LayerNorm over {tuple(module.normalized_shape)}; only the last axis is read")
         return layer_norm("pre" if value.gaussian else "post")
@@ -336,13 +340,8 @@ class RMSNorm(Primitive):
     @classmethod
     def from_torch_module(cls, module, value, where):
         """``nn.RMSNorm`` (torch >= 2.4)."""
-        from torch import nn
-
-        from ..torch.context import check_affine_identity
-
-        if not (hasattr(nn, "RMSNorm") and isinstance(module, nn.RMSNorm)):
+        if not _is_torch_norm(module, "RMSNorm", where):
             return None
-        check_affine_identity(module, where)
         return rms_norm()
 
     def short(self, num=format_number):

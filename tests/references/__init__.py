@@ -17,6 +17,8 @@ module keeps locally only what is particular to it.
 * :mod:`.gram_batch_tokens`: the BatchNorm walk over a batch and the ResMLP/Mixer token blocks.
 * :mod:`.gram_small_K`: tensor Gauss-Hermite two-point moments and the Gram recursion at small K.
 
+``close(a, b, rel, abs_)`` compares a result with a reference (real parts of mpmath numbers).
+
 The gram_* modules are imported by name (``import references.gram_pair as G``); the rest is
 re-exported here.
 """
@@ -27,7 +29,18 @@ from .gaussian import expect, expect_conditional, expect_smooth_pair, ncdf, npdf
 from .solves import (WIDE_CUTS, erf_critical_line, gelu_critical_point, gelu_expansion, gelu_maps,
                      mlp_fixed_point)
 
+
+
+def close(a, b, rel=1e-10, abs_=1e-12) -> bool:
+    """|a - b| <= rel |b| + abs_, on the real parts (a result against an mpmath reference)."""
+    import mpmath as mp
+
+    a, b = float(mp.re(a)), float(mp.re(b))
+    return abs(a - b) <= rel * abs(b) + abs_
+
+
 __all__ = [
+    "close",
     "WIDE_CUTS", "d2gelu", "d3gelu", "d4gelu", "derf", "dgelu", "erf_cond", "erf_critical_line",
     "erf_critical_sigma_b", "erf_dphi2", "erf_one", "erf_pair", "erf_phi2", "expect", "expect_conditional",
     "expect_smooth_pair", "gelu", "gelu_cond", "gelu_critical_line", "gelu_critical_point", "gelu_expansion",
