@@ -114,3 +114,9 @@ def test_citation_files_cite_the_same_four_papers_as_the_theory_page():
     cff = set(re.findall(r'value:\s*"arXiv:' + arxiv + '"', (ROOT / "CITATION.cff").read_text()))
     assert len(theory) == 4 and theory == bib == cff, (theory, bib, cff)
     assert "shared/papers" not in (ROOT / "docs" / "theory.md").read_text()  # not shipped with the package
+
+
+def test_a_hung_test_fails_the_run(pytestconfig):
+    """Issue 27: CI fails on any hang. pytest-timeout (the test extra) is loaded and every test has a bound."""
+    assert pytestconfig.pluginmanager.hasplugin("timeout")
+    assert 0 < float(pytestconfig.getini("timeout")) <= 3600
