@@ -16,7 +16,7 @@ import sympy as sp
 from .. import symbols as S
 from .._validate import check_real
 from ..activations import ACTIVATIONS, Activation, Erf, ScaleInvariant, activation as make_activation, user_activation
-from .base import Primitive, format_number, parameter, require_gaussian, short
+from .base import Primitive, format_number, parameter, require_gaussian
 
 __all__ = ["ActivationLayer", "Scale", "act", "scale", "activation_json", "activation_from_json"]
 
@@ -27,6 +27,8 @@ class ActivationLayer(Primitive):
 
     phi: Activation
     elementwise = True
+    output_gaussian = False
+    torch_modules_read = "activation modules"
 
     def forward(self, s):
         require_gaussian(self, s)
@@ -41,16 +43,12 @@ class ActivationLayer(Primitive):
         return self.phi.chi_delta_moment(s.K)
 
     def gram(self, g):
-        if not g.gaussian:
-            raise ValueError(f"{short(self)} needs a Gaussian preactivation as input; put a dense layer before it")
+        require_gaussian(self, g)
         phi = self.phi
         gap = None if g.gap is None else phi.kernel_gap(g.K1, g.K2, g.K12, g.gap)
         return g.to(phi.second_moment(g.K1), phi.second_moment(g.K2), phi.kernel(g.K1, g.K2, g.K12, gap=g.gap),
                     phi.derivative_kernel(g.K1, g.K2, g.K12, gap=g.gap) * g.T12, phi.mean(g.K1), phi.mean(g.K2),
                     gaussian=False, gap=gap, centred=phi.centred_kernel(g.K1, g.K2, g.K12))
-
-    output_gaussian = False
-    torch_modules_read = "activation modules"
 
     @classmethod
     def from_torch_module(cls, module, value, where):

@@ -36,6 +36,8 @@ class Dense(Primitive):
     sigma_w: sp.Expr = S.sigma_w
     sigma_b: sp.Expr = S.sigma_b
     axis: str = "features"
+    output_gaussian = True
+    torch_modules_read = "nn.Linear"
 
     def __post_init__(self):
         check_real("sigma_w", self.sigma_w, minimum=0)
@@ -62,9 +64,6 @@ class Dense(Primitive):
         # the bias is one number for both inputs: correlation 1, gap 0
         gap = None if g.gap is None else sum_gap(sw2 * g.K1, sw2 * g.K2, g.rho, g.gap, sb2, sb2, 1, 0)
         return g.to(sw2 * g.K1 + sb2, sw2 * g.K2 + sb2, K12, own + sw2 * g.T12, gap=gap)
-
-    output_gaussian = True
-    torch_modules_read = "nn.Linear"
 
     @classmethod
     def from_torch_module(cls, module, value, where):

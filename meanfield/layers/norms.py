@@ -105,6 +105,7 @@ class BatchNorm(Primitive):
 
     axis = "batch"
     elementwise = True
+    torch_modules_read = "nn.BatchNorm1d"
 
     def forward(self, s):
         require_gaussian(self, s)
@@ -158,8 +159,6 @@ class BatchNorm(Primitive):
         scale = n / np.trace(PKP)
         return PKP * scale, (None if T is None else centre(np.asarray(T, dtype=np.float64)) * scale)
 
-    torch_modules_read = "nn.BatchNorm1d"
-
     @classmethod
     def from_torch_module(cls, module, value, where):
         """``nn.BatchNorm1d`` in training mode (batch statistics), on a preactivation."""
@@ -198,6 +197,7 @@ class LayerNorm(Primitive):
 
     axis: str = "features"
     elementwise = True
+    torch_modules_read = "nn.LayerNorm"
 
     def forward(self, s):
         if _centres_pair(self, s):
@@ -211,8 +211,6 @@ class LayerNorm(Primitive):
         _features_only(self)
         v1, v2, _ = g.centred_moments()
         return g.normalised(v1, v2, centre=True)
-
-    torch_modules_read = "nn.LayerNorm"
 
     @classmethod
     def from_torch_module(cls, module, value, where):
@@ -321,6 +319,7 @@ class RMSNorm(Primitive):
 
     axis: str = "features"
     elementwise = True
+    torch_modules_read = "nn.RMSNorm"
 
     def forward(self, s):
         if _centres_pair(self, s) or s.pair_axis == "channels":
@@ -334,8 +333,6 @@ class RMSNorm(Primitive):
 
     def gram(self, g):
         return g.normalised(g.K1, g.K2, centre=False, m1=g.m1 / sp.sqrt(g.K1), m2=g.m2 / sp.sqrt(g.K2))
-
-    torch_modules_read = "nn.RMSNorm"
 
     @classmethod
     def from_torch_module(cls, module, value, where):
