@@ -40,7 +40,7 @@ Error control
 * Coefficients: for f without breakpoints and sqrt(K) h <= 1/4, the
   trapezoid rule in z (|z| <= 13, h = 1/4, 1/8 or 1/16; exponentially
   convergent for analytic integrands); otherwise, or where it fails its test,
-  the one-point engine's rule (:data:`meanfield.gaussian.QUAD1_SOURCE`:
+  the one-point engine's rule (:mod:`meanfield.quadrature_rule`:
   exp-sinh from z = 0 and the breakpoints of f, tanh-sinh between them,
   log-uniform near them, so that tanh(sqrt(K) z) is resolved at any K),
   with step 1/64 in t for k <= 128 and 1/128 for k <= 256 (first level:
@@ -114,9 +114,9 @@ _EPS = np.finfo(np.float64).eps
 def _rule(zc_bytes: bytes, h0: float):
     """Nodes z, weights w (standard normal), and the weights of the rule of twice the step, for
     breakpoints zc (z = 0 and cuts / sqrt(K)): the one-point engine's base rule at step h0."""
-    from .gaussian import QUAD_ES_T, QUAD_TS_T, quadrature_engine
+    from .gaussian import QUAD_ES_T, QUAD_TS_T
+    from .quadrature_rule import segment as seg
 
-    seg = quadrature_engine()["_segment"]
     zc = np.frombuffer(zc_bytes, dtype=np.float64)
     z0, w0 = seg(zc, 0, h0, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T)
     z1, w1 = seg(zc, 1, h0, QUAD_ES_T[0], QUAD_ES_T[1], QUAD_TS_T)
@@ -140,9 +140,10 @@ def _hermite(zc_bytes: bytes, h0: float, kmax: int):
 
 
 def _breaks(s: float, cuts: np.ndarray) -> np.ndarray:
-    from .gaussian import QUAD_ZMAX, quadrature_engine
+    from .gaussian import QUAD_ZMAX
+    from .quadrature_rule import breaks
 
-    return quadrature_engine()["_breaks"](s, cuts, QUAD_ZMAX)
+    return breaks(s, cuts, QUAD_ZMAX)
 
 
 def _groups(s: np.ndarray, cuts: np.ndarray) -> dict:

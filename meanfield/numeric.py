@@ -18,14 +18,15 @@ cfunc as a first-class function argument, so they are compiled once for
 all architectures.
 
 Unevaluated Gaussian expectations (activations without closed forms) become
-calls to the quadrature engine of :mod:`meanfield.gaussian` (its source,
-``QUAD1_SOURCE``, is pasted into the generated module with the integrand
-compiled in, so numba and numpy run one rule: piecewise exp-sinh/tanh-sinh,
-split at the integrand's breakpoints, refined until its error estimate
-passes, NaN if it never does), and to the same engine nested in itself,
-as in :func:`meanfield.gaussian.expect2`, for two-point expectations
-(:func:`_nested_source`). Integrand
-bodies are rewritten to avoid float64 overflow (a stable softplus).
+calls to the compiled engine of :mod:`meanfield._quadrature_numba`
+(:func:`~meanfield._quadrature_numba.expect1` for E[f(h)],
+:func:`~meanfield._quadrature_numba.expect2` for two points): the generated
+module compiles only the integrand, with an explicit signature, and passes
+it as a first-class function, so the engine (the rule of
+:mod:`meanfield.quadrature_rule`: piecewise exp-sinh/tanh-sinh, split at the
+integrand's breakpoints, refined until its error estimate passes, NaN if it
+never does) is compiled once for every activation. Integrand bodies are
+rewritten to avoid float64 overflow (a stable softplus).
 
 Two engines
 -----------
@@ -40,8 +41,8 @@ switch would compile), use numba (see :class:`CompiledRecursion`). The
 kernels and the closed-form expressions run the same IEEE operations in the
 same order in both engines (libm functions may differ by an ulp). Gaussian
 expectations without a closed form are the exception: CPython evaluates a
-numpy twin of the integrand on all nodes of a level at once (the ``_quad1``
-of :data:`meanfield.gaussian.QUAD1_SOURCE`, ~30 us instead of ~1 ms per
+numpy twin of the integrand on all nodes of a level at once
+(:func:`meanfield.quadrature_rule.quad_levels`, ~30 us instead of ~1 ms per
 expectation), so the sums run in another order and numpy's SIMD functions
 differ from libm's by an ulp: the engines agree to ~1e-15 of E|f|, which is
 1e-15 relative unless the integrand cancels (tests/test_engines.py).
@@ -80,9 +81,7 @@ from sympy.printing.pycode import PythonCodePrinter
 from . import symbols as S
 from .calculus import Architecture, as_architecture
 from .stable_forms import stable_form
-from .gaussian import (GaussianExpectation, GaussianExpectation2, QUAD1_SOURCE, QUAD_ES_T, QUAD_MAX_LEVEL,
-                       QUAD_MAX_LEVEL_2D, QUAD_STEP, QUAD_TS_T, QUAD_ZMAX, RULE_U, RULE_W, QUAD_TOL_BASE, QUAD_TOL_BASE_1D,
-                       QUAD_TOL_REFINED, pieces, two_point_cuts)
+from .gaussian import GaussianExpectation, GaussianExpectation2, RULE_U, RULE_W, pieces, two_point_cuts
 from .symbolic import recursion
 
 __all__ = ["W", "T", "ARGS", "FUNCTIONS", "CompiledRecursion", "compiled", "generate_source",
@@ -133,6 +132,9 @@ from ._fnindex import FUNCTIONS  # noqa: E402
 # Code generation.
 # ---------------------------------------------------------------------------
 _JIT = 'njit(error_model="numpy", nogil=True)'
+#: the compiled Gaussian-expectation engine, imported by modules that have expectations without a closed form
+_ENGINE_IMPORT = ("from meanfield._quadrature_numba import (ONE_POINT_SIGNATURE, TWO_POINT_SIGNATURE, one_point, "
+                  "register, symbol_address, two_point)")
 _CFUNC = 'cfunc(_SIG, cache=True, error_model="numpy", nopython=True)'
 
 
@@ -205,7 +207,8 @@ class _NumpyPrinter(SciPyPrinter):
 class _Gen:
     """Collects helper functions (activation bodies, quadratures) for one module."""
 
-    def __init__(self):
+    def __init__(self, key: str):
+        self.key = key  # the module's cache key: its integrands' C symbols hold it
         self.lines = []
         self.one = {}   # f body -> quadrature name
         self.two = {}
@@ -232,10 +235,20 @@ class _Gen:
         return True
 
     def _body(self, name, variables, expr):
+        """The integrand ``name``: a C function (numba ``cfunc``, cached), registered with the
+        JIT linker under :meth:`symbol` so that the engine of :mod:`meanfield._quadrature_numba`
+        can call it from cached code."""
         sub = {v: sp.Symbol(f"_v{i}") for i, v in enumerate(variables)}
         code = self.doprint(stable_form(sp.sympify(expr).subs(sub)))
-        self.lines += [f"@{_JIT}", f"def {name}({', '.join(str(s) for s in sub.values())}):",
-                       f"    return {code}", ""]
+        sig = "ONE_POINT_SIGNATURE" if len(sub) == 1 else "TWO_POINT_SIGNATURE"
+        self.lines += [f'@cfunc({sig}, cache=True, error_model="numpy", nopython=True)',
+                       f"def {name}({', '.join(str(s) for s in sub.values())}):",
+                       f"    return {code}", "",
+                       f'register("{self.symbol(name)}", {name})', ""]
+
+    def symbol(self, name: str) -> str:
+        """The C symbol of integrand ``name`` of this module (unique per cache key)."""
+        return f"meanfield_{self.key}{name}"
 
     def _check(self, code, expr):
         if "# Not supported" in code or "Not supported in Python" in code:
@@ -256,21 +269,6 @@ class _Gen:
         self._check(code, expr)
         return code
 
-    @staticmethod
-    def _engine(name, integrand, extra=""):
-        """The scalar engine of meanfield.gaussian.QUAD1_SOURCE as function ``name``, with
-        F_(h) replaced by ``integrand`` + "h)" and ``extra`` parameters appended."""
-        src = QUAD1_SOURCE[QUAD1_SOURCE.index("def _quad1_scalar("):QUAD1_SOURCE.index("def _base_tables(")]
-        src = src.replace("def _quad1_scalar(", f"def {name}(").replace("cuts, F_,", "cuts,")
-        if extra:
-            src = src.replace("es_tab, ts_tab):", f"es_tab, ts_tab, {extra}):", 1)
-        return src.replace("F_(", integrand).strip()
-
-    @staticmethod
-    def _rule(max_level, tol_base=QUAD_TOL_BASE):
-        return (f"{QUAD_STEP!r}, {QUAD_ES_T[0]!r}, {QUAD_ES_T[1]!r}, {QUAD_TS_T!r}, {QUAD_ZMAX!r}, "
-                f"{max_level!r}, {tol_base!r}, {QUAD_TOL_REFINED!r}, _ES_TAB, _TS_TAB")
-
     def quad1(self, f: sp.Lambda) -> str:
         """E[f(h)], h ~ N(0, K), compiled: the engine of :func:`meanfield.gaussian.expect`
         (split at 0 and the breakpoints of f, refined, NaN if not converged)."""
@@ -286,28 +284,16 @@ class _Gen:
                 "",
             ]
             if self._numpy_body(f"_f1v_{i}", f.variables, info.expr):
-                # the interpreted engine rebinds _E1_{i} to this (see _expressions_interpreted)
+                # the interpreted engine rebinds _E1_{i} to the numpy engine on this twin
                 self.lines += [f"_E1_{i}_NUMPY = (_f1v_{i}, _CUTS_{i})", ""]
+            else:
+                # no numpy printing: the interpreted engine maps the scalar body over the nodes
+                self.lines += [f"_E1_{i}_SCALAR = ({fname}, _CUTS_{i})", ""]
             self.lines += [
                 f"@{_JIT}",
-                f"def _f1s_{i}(h):",
-                f"    v = {fname}(h)",
-                "    return v, abs(v), 0.0",
-                "",
-                "",
-                f"@{_JIT}",
-                self._engine(f"_quad1_{i}", f"_f1s_{i}("),
-                "",
-                "",
-                f"@{_JIT}",
                 f"def {qname}(K):",
-                "    if not K >= 0.0:",
-                "        return math.nan",
-                "    s = math.sqrt(K)",
-                f"    val, scale, delta, ok = _quad1_{i}(s, _scale_cuts(_CUTS_{i}, s), "
-                f"{self._rule(QUAD_MAX_LEVEL, QUAD_TOL_BASE_1D)})",
-                "    # not converged at the finest level: NaN, which the solvers report",
-                "    return val if ok else math.nan",
+                "    # NaN where K < 0 or the rule did not converge at its finest level (the solvers report it)",
+                f'    return one_point(symbol_address("{self.symbol(fname)}"), _CUTS_{i}, K)',
                 "",
             ]
             self.one[key] = qname
@@ -330,14 +316,14 @@ class _Gen:
                 "",
             ]
             if self._numpy_body(f"_f2v_{i}", f.variables, f.expr):
-                # the interpreted engine rebinds _E2_{i} to this (see _expressions_interpreted)
+                # the interpreted engine rebinds _E2_{i} to the numpy engine on this twin
                 self.lines += [f"_E2_{i}_NUMPY = (_f2v_{i}, _CUTS2U_{i}, _CUTS2V_{i})", ""]
+            else:
+                self.lines += [f"_E2_{i}_SCALAR = ({fname}, _CUTS2U_{i}, _CUTS2V_{i})", ""]
             self.lines += [
-                _nested_source(f"_{i}", fname, _JIT),
-                "",
                 f"@{_JIT}",
                 f"def {qname}(K1, K2, K12):",
-                f"    return _expect2_{i}(_CUTS2U_{i}, _CUTS2V_{i}, K1, K2, K12)",
+                f'    return two_point(symbol_address("{self.symbol(fname)}"), _CUTS2U_{i}, _CUTS2V_{i}, K1, K2, K12)',
                 "",
             ]
             self.two[key] = qname
@@ -364,79 +350,6 @@ class _Gen:
         self.lines += out
 
 
-def _nested_source(suffix: str, integrand: str, jit: str) -> str:
-    """Source of the two-point engine for one compiled integrand ``integrand(u, v)``.
-
-    E[f(u, v)] for a zero-mean Gaussian pair, the nested engine of
-    :func:`meanfield.gaussian.expect2`: both levels are the scalar engine of
-    :data:`meanfield.gaussian.QUAD1_SOURCE`, the outer over u = sqrt(K1) z1,
-    split at u = 0 and ``cu``; the inner over v given u, v = m + sd z with
-    m = rho sqrt(K2) z1 and sd = sqrt(K2 (1 - rho^2)), split at v in ``cv``
-    (0 and the breakpoints in v). The outer level's integrand is
-    (E[f | u], E[|f| | u], the inner error where it did not converge), so
-    both levels measure their error against E|f|; each refines at most
-    QUAD_MAX_LEVEL_2D times, and the result is NaN unless the outer level
-    converges and the inner errors sum to below 1e-10 E|f|. (The integrand
-    is pasted in, not passed as a first-class function: a function pointer
-    would keep numba from caching the module.)
-    """
-    rule = _Gen._rule(QUAD_MAX_LEVEL_2D)
-    s = suffix
-    lines = [
-        f"@{jit}",
-        f"def _pair{s}(u, v):",
-        f"    r = {integrand}(u, v)",
-        "    return r, abs(r), 0.0",
-        "",
-        "",
-        "# inner level: F_(h) = f(u_, m_ + h), h = v - m_ ~ N(0, sd^2)",
-        f"@{jit}",
-        _Gen._engine(f"_quad2v{s}", f"_pair{s}(u_, m_ + ", "u_, m_"),
-        "",
-        "",
-        f"@{jit}",
-        f"def _given_u{s}(cv, a_, sd_, u):",
-        "    # (E[f(u, v) | u], E[|f(u, v)| | u], error): the outer level's integrand, its scale",
-        "    # and, where the inner level did not converge, its error estimate",
-        "    m = a_ * u",
-        f"    val, scale, delta, ok = _quad2v{s}(sd_, cv - m, {rule}, u, m)",
-        "    return val, scale, (0.0 if ok else delta * scale)",
-        "",
-        "",
-        "# outer level: F_(u) = (E[f | u], E[|f| | u], error)",
-        f"@{jit}",
-        _Gen._engine(f"_quad2u{s}", f"_given_u{s}(cv, a_, sd_, ", "cv, a_, sd_"),
-        "",
-        "",
-        f"@{jit}",
-        f"def _expect2{s}(cu, cv, K1, K2, K12):",
-        "    if not (K1 >= 0.0 and K2 >= 0.0 and K12 == K12):",
-        "        return math.nan",
-        "    d = math.sqrt(K1 * K2)",
-        "    rho = 0.0",
-        "    if d > 0.0:",
-        "        rho = min(1.0, max(-1.0, K12 / d))",
-        "    s1 = math.sqrt(K1)",
-        "    a = rho * math.sqrt(K2) / s1 if s1 > 0.0 else 0.0",
-        "    sd = math.sqrt(max(K2 * (1.0 - rho * rho), 0.0))",
-        "    cuo = cu",
-        "    if a != 0.0 and sd < 0.1 * abs(a) * s1:",
-        "        # nearly degenerate: g's breakpoints c != 0 in v sit at u = c / a (gaussian._outer_cuts)",
-        "        extra = np.empty(cv.size)",
-        "        n = 0",
-        "        for c in cv:",
-        "            if c != 0.0 and not np.any(cu == c / a):",
-        "                extra[n] = c / a",
-        "                n += 1",
-        "        if n:",
-        "            cuo = np.concatenate((cu, extra[:n]))",
-        f"    val, scale, delta, ok = _quad2u{s}(s1, cuo, {rule}, cv, a, sd)",
-        "    return val if ok else math.nan",
-        "",
-    ]
-    return "\n".join(lines)
-
-
 def _rule_digest() -> str:
     h = hashlib.sha256()
     h.update(np.ascontiguousarray(RULE_U).tobytes())
@@ -454,7 +367,7 @@ def generate_source(arch) -> str:
     """
     arch = as_architecture(arch)
     exprs = _expressions(recursion(arch))
-    gen = _Gen()
+    gen = _Gen(cache_key(arch))
     for name in FUNCTIONS:
         gen.function(name, exprs[name])
     rec = recursion(arch)
@@ -469,17 +382,8 @@ def generate_source(arch) -> str:
         "from numba import cfunc, njit, types",
         "import numpy",
         "import numpy as np",
-        "from meanfield.gaussian import quad_tables",
+        *([_ENGINE_IMPORT] if gen.one or gen.two else []),
         *(["import scipy.special  # the numpy twins' erf, gamma, ..."] if gen.scipy else []),
-        "",
-        "_ES_TAB, _TS_TAB = quad_tables()",
-        "",
-        "",
-        "# the node generators of the engine (meanfield.gaussian.QUAD1_SOURCE)",
-    ]
-    engine = QUAD1_SOURCE[:QUAD1_SOURCE.index("def _quad1_scalar(")].strip().split("\n")
-    header += [f"@{_JIT}" + "\n" + line if line.startswith("def ") else line for line in engine]
-    header += [
         "",
         "",
         f"@{_JIT}",
@@ -513,7 +417,7 @@ def cache_dir() -> Path:
 _LOCK = threading.Lock()
 #: the files whose text shapes a generated module (the primitives' rules included)
 _KEY_SOURCES = ("_fnindex.py", "symbols.py", "activations.py", "gap.py", "gaussian.py", "stable_forms.py", "calculus.py",
-                "symbolic.py", "numeric.py", *(f"layers/{p.name}" for p in sorted((Path(__file__).parent / "layers").glob("*.py"))))
+                "symbolic.py", "numeric.py", "quadrature_rule.py", "_quadrature_numba.py", *(f"layers/{p.name}" for p in sorted((Path(__file__).parent / "layers").glob("*.py"))))
 
 
 @lru_cache(maxsize=1)
@@ -709,16 +613,21 @@ def _expressions_interpreted(path: Path):
     src = src.replace("from numba import cfunc, njit, types\n",
                       "from meanfield.numeric import _NUMBA_SHIM\n"
                       "cfunc, njit, types = _NUMBA_SHIM['cfunc'], _NUMBA_SHIM['njit'], _NUMBA_SHIM['types']\n")
+    # the compiled engine is numba's; here every expectation is rebound to the numpy engine below
+    src = src.replace(_ENGINE_IMPORT + "\n", "ONE_POINT_SIGNATURE = TWO_POINT_SIGNATURE = one_point = two_point = None\n"
+                                              "register = symbol_address = lambda *args: None\n")
     module = _exec_interpreted(path.stem + "_interpreted", path, src)
-    # Gaussian expectations: the numpy engine on all nodes at once (the scalar engine in
-    # CPython costs ~1 ms per one-point expectation, the solvers need 10^3 - 10^4 of them;
-    # ~0.5 s per two-point one)
+    # Gaussian expectations: the numpy engine on all nodes at once (a scalar engine in
+    # CPython would cost ~1 ms per one-point expectation, the solvers need 10^3 - 10^4 of them;
+    # ~0.5 s per two-point one). An integrand without a numpy twin is mapped over the nodes.
     from .gaussian import interpreted_expect, interpreted_expect2
 
-    for name in [n for n in vars(module) if n.startswith(("_E1_", "_E2_")) and n.endswith("_NUMPY")]:
-        twin = getattr(module, name)
+    for name in [n for n in vars(module) if n.startswith(("_E1_", "_E2_")) and n.endswith(("_NUMPY", "_SCALAR"))]:
+        f, *cuts = getattr(module, name)
+        if name.endswith("_SCALAR"):
+            f = np.vectorize(f, otypes=[np.float64])
         make = interpreted_expect if name.startswith("_E1_") else interpreted_expect2
-        setattr(module, name[:-len("_NUMPY")], make(*twin))
+        setattr(module, name[:name.rindex("_")], make(f, *cuts))
     return module
 
 
@@ -965,11 +874,13 @@ def _numba_cache_warm(path: Path) -> bool:
 
 @lru_cache(maxsize=1)
 def _kernels_cache_warm() -> bool:
+    """Whether numba's cache holds the solver kernels and the quadrature engine."""
     from ._cache import numba_cache_dir
 
     env = os.environ.get("NUMBA_CACHE_DIR")
     root = Path(env) if env else numba_cache_dir()
-    return any(root.rglob("_kernels.*.nbi")) if env else any(root.glob("*/_kernels.*.nbi"))
+    find = root.rglob if env else (lambda pattern: root.glob(f"*/{pattern}"))
+    return all(any(find(f"{name}.*.nbi")) for name in ("_kernels", "_quadrature_numba"))
 
 
 def _kernels_cold(fn) -> bool:

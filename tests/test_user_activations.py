@@ -251,35 +251,49 @@ def test_softplus_kernel_profile_large_K_finite_and_right():
 
 @pytest.mark.slow
 def test_numba_and_numpy_engines_agree():
-    """The compiled engine (_quad1_scalar, loops) and the numpy one (_quad1, arrays) are one rule."""
-    from numba import njit
+    """The compiled engine (loops over the nodes, integrands called by C symbol) and the numpy one
+    (arrays) are one rule: meanfield._quadrature_numba against quadrature_rule.quad_levels."""
+    from numba import cfunc, njit
 
+    from meanfield import _quadrature_numba as Q
     from meanfield import gaussian as G
 
-    ns = {"np": np}
-    exec(G.QUAD1_SOURCE, ns)
-    for name in ("_seg_range", "_es_node", "_ts_node", "_breaks", "_update"):
-        ns[name] = njit(ns[name])
-    scalar = njit(ns["_quad1_scalar"])
     consts = (G.QUAD_STEP, G.QUAD_ES_T[0], G.QUAD_ES_T[1], G.QUAD_TS_T, G.QUAD_ZMAX, G.QUAD_MAX_LEVEL,
-              G.QUAD_TOL_BASE, G.QUAD_TOL_REFINED)
+              G.QUAD_TOL_BASE_1D, G.QUAD_TOL_REFINED)
     cases = [
-        (njit(lambda h: np.tanh(h) ** 2), lambda h: np.tanh(h) ** 2, []),
-        (njit(lambda h: max(h - 1.0, 0.0) ** 2), lambda h: np.maximum(h - 1.0, 0.0) ** 2, [1.0]),
-        (njit(lambda h: np.sin(h) ** 2), lambda h: np.sin(h) ** 2, []),
-        (njit(lambda h: h if h > 0 else np.expm1(h)), lambda h: np.where(h > 0, h, np.expm1(h)), [0.0]),
+        ("tanh2", lambda h: math.tanh(h) ** 2, lambda h: np.tanh(h) ** 2, []),
+        ("hinge2", lambda h: max(h - 1.0, 0.0) ** 2, lambda h: np.maximum(h - 1.0, 0.0) ** 2, [1.0]),
+        ("sin2", lambda h: math.sin(h) ** 2, lambda h: np.sin(h) ** 2, []),
+        ("elu", lambda h: h if h > 0 else math.expm1(h), lambda h: np.where(h > 0, h, np.expm1(h)), [0.0]),
     ]
-    for fn, fv, cuts in cases:
+
+    @njit
+    def by_symbol(which, cuts, K):
+        # the way a generated module calls the engine: the integrand named by its C symbol
+        if which == 0:
+            return Q.one_point(Q.symbol_address("meanfield_test_engine_tanh2"), cuts, K)
+        if which == 1:
+            return Q.one_point(Q.symbol_address("meanfield_test_engine_hinge2"), cuts, K)
+        if which == 2:
+            return Q.one_point(Q.symbol_address("meanfield_test_engine_sin2"), cuts, K)
+        return Q.one_point(Q.symbol_address("meanfield_test_engine_elu"), cuts, K)
+
+    compiled = [cfunc(Q.ONE_POINT_SIGNATURE)(f) for _, f, _, _ in cases]
+    for (name, *_), fc in zip(cases, compiled):  # before any code that names them is compiled
+        Q.register(f"meanfield_test_engine_{name}", fc)
+    for which, ((name, f, fv, cuts), fc) in enumerate(zip(cases, compiled)):
         c = np.asarray(cuts, dtype=np.float64)
-        fs = njit(lambda h, fn=fn: (fn(h), abs(fn(h)), 0.0))  # the engine's integrand: (f, |f|, error 0)
         for K in (1e-4, 0.7, 1e3):
-            a = scalar(math.sqrt(K), c, fs, *consts, *G.quad_tables())
-            b = G.quad1(fv, math.sqrt(K), cuts)
-            # without tables the scalar engine computes every node itself
-            none = scalar(math.sqrt(K), c, fs, *consts, np.zeros((0, 2)), np.zeros((0, 3)))
+            s = math.sqrt(K)
+            sc = G.quadrature_rule.scale_cuts(c, s)
+            a = Q.one_point_levels((fc.address,), s, sc, *consts, *G.quad_tables())
+            b = G.quad1(fv, s, cuts)
+            # without tables the compiled engine computes every node itself
+            none = Q.one_point_levels((fc.address,), s, sc, *consts, np.zeros((0, 2)), np.zeros((0, 3)))
             assert a[3] and b[3] and none[3]
             assert abs(a[0] - b[0]) <= 1e-14 * a[1], (K, a, b)
             assert abs(a[0] - none[0]) <= 1e-14 * a[1], (K, a, none)
+            assert by_symbol(which, c, K) == a[0]
 
 
 @pytest.mark.slow
