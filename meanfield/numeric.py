@@ -138,17 +138,6 @@ _ENGINE_IMPORT = ("from meanfield._quadrature_numba import (ONE_POINT_SIGNATURE,
 _CFUNC = 'cfunc(_SIG, cache=True, error_model="numpy", nopython=True)'
 
 
-def _dispatcher() -> list:
-    """The single cfunc the kernels call: fns(which, K, K12, W, T, mu, eps)."""
-    params = ", ".join(str(a) for a in ARGS)
-    lines = [f"@{_CFUNC}", f"def FNS(which, {params}):"]
-    for i, name in enumerate(FUNCTIONS):
-        lines.append(f"    {'if' if i == 0 else 'elif'} which == {i}:")
-        lines.append(f"        return {name}({params})")
-    lines += ["    return math.nan", ""]
-    return lines
-
-
 class _Printer(PythonCodePrinter):
     """Python/math printer; unknown functions (our placeholders) print as calls."""
 
@@ -210,6 +199,7 @@ class _Gen:
     def __init__(self, key: str):
         self.key = key  # the module's cache key: its integrands' C symbols hold it
         self.lines = []
+        self.bodies = {}  # expression name -> the lines of its branch of FNS
         self.one = {}   # f body -> quadrature name
         self.two = {}
         self.printer = _Printer()
@@ -330,6 +320,7 @@ class _Gen:
         return self.two[key]
 
     def function(self, name: str, expr) -> None:
+        """The body of expression ``name`` (statements and a return, indented for FNS)."""
         expr = sp.sympify(expr)
         # Replace quadratures by placeholder calls before CSE, so that CSE never
         # reaches inside a Lambda.
@@ -340,14 +331,23 @@ class _Gen:
             repl[ge] = sp.Function(self.quad2(ge.args[0]))(*ge.args[1:])
         if repl:
             expr = expr.xreplace(repl)
-        replacements, (reduced,) = sp.cse([expr], symbols=sp.numbered_symbols("_c"))
+        # each body its own names: all bodies are branches of one function
+        replacements, (reduced,) = sp.cse([expr], symbols=sp.numbered_symbols(f"_c{len(self.bodies)}_"))
+        body = [f"        {sym} = {self.doprint(sub)}" for sym, sub in replacements]
+        self.bodies[name] = body + [f"        return {self.doprint(reduced)}"]
+
+    def dispatcher(self) -> list:
+        """FNS(which, K, K12, W, T, mu, eps), the one cfunc the kernels call: every expression of
+        :data:`FUNCTIONS` is a branch of it, so that numba compiles (and finalises, and caches) one
+        function rather than one per expression; and each expression by name, for Python callers."""
         params = ", ".join(str(a) for a in ARGS)
-        out = [f"@{_JIT}", f"def {name}({params}):"]
-        for sym, sub in replacements:
-            out.append(f"    {sym} = {self.doprint(sub)}")
-        code = self.doprint(reduced)
-        out += [f"    return {code}", ""]
-        self.lines += out
+        lines = [f"@{_CFUNC}", f"def FNS(which, {params}):"]
+        for i, name in enumerate(FUNCTIONS):
+            lines += [f"    if which == {i}:  # {name}", *self.bodies[name]]
+        lines += ["    return math.nan", "", ""]
+        for i, name in enumerate(FUNCTIONS):
+            lines += [f"def {name}({params}):", f"    return FNS({i}, {params})", "", ""]
+        return lines
 
 
 def _rule_digest() -> str:
@@ -360,10 +360,12 @@ def _rule_digest() -> str:
 def generate_source(arch) -> str:
     """The Python source of the compiled expressions of ``arch``.
 
-    The module defines one njit function per name in :data:`FUNCTIONS`
-    (``f(K, K12, W, T, mu, eps)``) and ``FNS(which, K, K12, W, T, mu, eps)``,
-    a numba ``cfunc`` evaluating function number ``which``, which the solver
-    kernels of :mod:`meanfield._kernels` take as their first argument.
+    The module defines ``FNS(which, K, K12, W, T, mu, eps)``, a numba
+    ``cfunc`` evaluating function number ``which`` of :data:`FUNCTIONS` (the
+    solver kernels of :mod:`meanfield._kernels` take it as their first
+    argument), one Python function per name in :data:`FUNCTIONS`
+    (``f(K, K12, W, T, mu, eps)``, calling FNS), and the integrands of its
+    Gaussian expectations (C functions, see :mod:`meanfield._quadrature_numba`).
     """
     arch = as_architecture(arch)
     exprs = _expressions(recursion(arch))
@@ -401,7 +403,7 @@ def generate_source(arch) -> str:
         "_SIG = types.float64(types.int64, *([types.float64] * 6))",
         "",
     ]
-    return "\n".join(header + gen.lines + _dispatcher())
+    return "\n".join(header + gen.lines + gen.dispatcher())
 
 
 # ---------------------------------------------------------------------------

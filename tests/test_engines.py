@@ -144,7 +144,8 @@ def test_two_point_expectations_agree(act):
 
 
 def test_interpreting_budget_follows_numbas_cache(tmp_path, monkeypatch):
-    """0.5 s of interpreting where numba would load its cache; 8 s where switching would compile."""
+    """0.5 s of interpreting where numba would load its caches (the module's, the kernels', the
+    quadrature engine's); 8 s where switching would compile."""
     monkeypatch.setenv("MEANFIELD_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     numeric._kernels_cache_warm.cache_clear()
@@ -155,6 +156,11 @@ def test_interpreting_budget_follows_numbas_cache(tmp_path, monkeypatch):
     (tmp_path / "__pycache__" / f"{path.stem}.FNS-1.py311.nbi").write_text("")
     (tmp_path / "numba" / "x").mkdir(parents=True)
     (tmp_path / "numba" / "x" / "_kernels.profile-1.py311.nbi").write_text("")
+    numeric._kernels_cache_warm.cache_clear()
+    comp = numeric.CompiledRecursion(mf.Architecture(activation="erf"), path, 0.0, 0.0, False, False, False)
+    # the quadrature engine (meanfield._quadrature_numba) would still compile
+    assert comp._budget() == numeric.INTERPRETED_BUDGET_COLD_S
+    (tmp_path / "numba" / "x" / "_quadrature_numba._expect1-1.py311.nbi").write_text("")
     numeric._kernels_cache_warm.cache_clear()
     comp = numeric.CompiledRecursion(mf.Architecture(activation="erf"), path, 0.0, 0.0, False, False, False)
     assert comp._budget() == numeric.INTERPRETED_BUDGET_S
