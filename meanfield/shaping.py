@@ -618,7 +618,7 @@ def solve_negative_slope(network, eta=0.9, subnetworks=True, xtol=1e-15):
         eta outside [0, 1], or eta above the ReLU value (unreachable with a
         non-negative slope for this network).
     """
-    from scipy.optimize import brentq
+    from .roots import brentq
 
     eta = _check_eta(eta)
     network = _as_network(network)
@@ -730,7 +730,7 @@ def deep_limit_flow(c, t):
     g(x) = sqrt(1 - x^2) - x arccos x > 0 on [-1, 1), so psi is the inverse of
     x -> int_c^x dy / g(y); the fixed point c = 1 is reached only as t -> inf.
     """
-    from scipy.optimize import brentq
+    from .roots import brentq
 
     if not is_number(t) or t < 0:
         raise ValueError(f"t must be a number >= 0, got {t!r}")
@@ -940,7 +940,7 @@ def _first_crossing(fn, target):
     value is not yet below target, then up (to 2^7) to the first grid point above it;
     brentq polishes inside that bracket to relative 1e-15. Non-finite values end the scan.
     """
-    from scipy.optimize import brentq
+    from .roots import brentq
 
     def v(a):
         out = fn(a) - target
@@ -976,7 +976,7 @@ def _bracketed_roots(g, grid=_BETA_GRID):
     g returns NaN where its inner problem has no solution; a bracket whose polish meets one
     is dropped. Every root is returned (the caller verifies and chooses).
     """
-    from scipy.optimize import brentq
+    from .roots import brentq
 
     def strict(b):
         out = g(b)
@@ -1112,7 +1112,7 @@ def dks_transform(activation, zeta=1.5, depth=None, network=None, tol=1e-10) -> 
     ValueError
         zeta <= 1, a ReLU-family activation, no nonlinear layer, or no solution.
     """
-    from scipy.optimize import brentq
+    from .roots import brentq
 
     if not is_number(zeta) or float(zeta) <= 1.0:
         raise ValueError(f"zeta must be a number > 1, got {zeta!r}")

@@ -177,7 +177,7 @@ def test_ieee_math_matches_numbas_error_model():
 def test_brentq_is_scipys():
     from scipy.optimize import brentq as scipy_brentq
 
-    from meanfield.solvers._common import brentq
+    from meanfield.roots import brentq
 
     for f, a, b in [(lambda x: x ** 3 - 2 * x - 5, 2, 3), (lambda x: np.cos(x) - x, 0, 1),
                     (lambda x: np.tanh(50 * (x - 0.3)), 0, 1), (lambda x: (x - 1e-9) * (1 + x * x), 0, 1)]:
@@ -185,6 +185,11 @@ def test_brentq_is_scipys():
         assert brentq(f, a, b, **kw) == scipy_brentq(f, a, b, **kw)
     with pytest.raises(ValueError):
         brentq(lambda x: x * x + 1, -1, 1)
+    # out of iterations: an error, as scipy's (disp=True), not the last iterate passed off as a root
+    with pytest.raises(RuntimeError):
+        scipy_brentq(lambda x: np.cos(x) - x, 0, 1, maxiter=2)
+    with pytest.raises(RuntimeError):
+        brentq(lambda x: np.cos(x) - x, 0, 1, maxiter=2)
 
 
 def _fresh_process(code, cache):

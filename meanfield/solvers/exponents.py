@@ -399,7 +399,7 @@ def _near_critical_point(arch, comp, sw, sb, W, T, tol):
 
 def _refine_tangent(comp, K, W, T):
     """K* refined as the root of chi_K - 1 within 1e-4 of K (K unchanged where none is bracketed)."""
-    from scipy.optimize import brentq
+    from ..roots import brentq
 
     def c(k):
         return float(_expr(comp, KN.CHI_K, k, W, T)[0]) - 1.0
@@ -419,7 +419,7 @@ def _critical_fixed_point(arch, comp, sw, sb, W, T):
     Tangent fixed points are located only to ~sqrt(eps) by minimising |g|;
     K* is refined as the root of chi_K - 1, which is simple there.
     """
-    from scipy.optimize import brentq
+    from ..roots import brentq
 
     from .. import _fnindex as KN
 

@@ -576,7 +576,7 @@ def _critical_candidates(arch, comp, K_max):
         return found
     if ok[0] and abs(c[0]) <= 1e-12:
         found.append((0.0, W[0], T[0]))
-    from ._common import brentq  # scipy's algorithm without importing scipy.optimize
+    from ..roots import brentq
 
     def cfun(K):
         outw, outt, outs = np.empty(1), np.empty(1), np.empty(1, dtype=np.int64)
