@@ -10,18 +10,20 @@ Two kinds of compiled code are cached on disk, both under one folder
   (``meanfield_expr_<hash>.series3-v1.json``, from
   :func:`meanfield.solvers._expansion._derivatives`: sympy differentiation
   costs a fresh process ~0.5-1.5 s);
-- numba's cache of the package's solver kernels (:mod:`meanfield._kernels`),
-  in ``numba/``. It is redirected there by :func:`install_locator`, so that
-  nothing is ever written into the installed package folder (a read-only
-  site-packages works, and two environments never share stale kernels).
+- numba's cache of the package's solver kernels (:mod:`meanfield._kernels`)
+  and quadrature engine (:mod:`meanfield._quadrature_numba`), in ``numba/``.
+  It is redirected there by :func:`install_locator`, so that nothing is ever
+  written into the installed package folder (a read-only site-packages
+  works, and two environments never share stale kernels).
 
 The folder is ``$MEANFIELD_CACHE_DIR`` if set, else
 ``$XDG_CACHE_HOME/meanfield`` or ``~/.cache/meanfield``; when that cannot be
 written, a per-user folder in the system's temporary directory. If the user
 sets ``NUMBA_CACHE_DIR``, numba's own rule places the kernels' cache there.
-A first use by numba compiles (about 10-40 s per activation on a 2-core
-machine, once for the kernels); later processes load from the cache in a
-second or two. Small requests never wait for that: they run the same
+A first use by numba compiles (about 1-5 s of CPU per network on a 2-core
+machine, after ~25 s once for the kernels and ~17 s once for the quadrature
+engine of :mod:`meanfield._quadrature_numba`); later processes load from the
+cache in a second or two. Small requests never wait for that: they run the same
 generated module in CPython (:class:`meanfield.numeric.CompiledRecursion`),
 which needs only the generated ``.py`` file (sympy, well under a second).
 ``meanfield cache info`` prints the folder and its size; ``meanfield cache
@@ -35,7 +37,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["cache_dir", "numba_cache_dir", "install_locator", "info", "clear", "compile_notice"]
+__all__ = ["cache_dir", "numba_cache_dir", "install_locator", "info", "clear", "compile_notice",
+           "kernel_needs_compile", "kernels_cold", "module_cache_cold"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -164,6 +167,15 @@ def kernels_cold(module) -> bool:
     if config.CACHE_DIR:
         return all(kernel_needs_compile(d) for d in disp)
     return not any(numba_cache_dir().glob(f"*/{module.__name__.rsplit('.', 1)[-1]}.*.nbi"))
+
+
+def module_cache_cold(name: str) -> bool:
+    """True when numba's cache holds nothing of the package module ``name`` (for example
+    ``"_quadrature_numba"``), looked up on disk without importing it (importing compiles it)."""
+    env = os.environ.get("NUMBA_CACHE_DIR")
+    if env:
+        return not any(Path(env).rglob(f"{name}.*.nbi"))
+    return not any(numba_cache_dir().glob(f"*/{name}.*.nbi"))
 
 
 # ---------------------------------------------------------------------------

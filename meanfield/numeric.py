@@ -488,14 +488,21 @@ def _load(arch: Architecture, path: Path):
         from . import _kernels
         from ._cache import compile_notice
 
+        from ._cache import kernels_cold, module_cache_cold
+
         names = ", ".join(phi.name for phi in arch.activations())
         what = f"the {names} recursion" + ("" if str(arch) == names else f" ({arch})")
-        from ._cache import kernels_cold
-
-        if kernels_cold(_kernels):  # say it once: both compile now
-            compile_notice(f"{what} and the solver kernels", "20-60 s", covers=("the solver kernels",))
-        else:
-            compile_notice(what)
+        # say it once: what compiles now with the module (CPU seconds measured on 2 cores,
+        # benchmarks/README.md): the module ~1-5 s, the solver kernels ~25 s, the quadrature engine ~17 s
+        also, seconds = [], 5
+        if kernels_cold(_kernels):
+            also, seconds = ["the solver kernels"], seconds + 25
+        if "_quadrature_numba" not in sys.modules and _ENGINE_IMPORT in path.read_text() \
+                and module_cache_cold("_quadrature_numba"):
+            also, seconds = also + ["the quadrature engine"], seconds + 20
+        parts = [what, *also]
+        compile_notice(", ".join(parts[:-1]) + " and " + parts[-1] if also else what, f"{seconds} s",
+                       covers=tuple(also))
     spec = importlib.util.spec_from_file_location(modname, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
@@ -841,13 +848,14 @@ class CompiledRecursion:
                 return out, None
         from . import _kernels
 
+        fns = self.fns  # the module first: where it compiles, its notice names the kernels too
         fn = getattr(_kernels, kernel)
         if _kernels_cold(fn):
             from ._cache import compile_notice
 
             compile_notice("the solver kernels", "10-30 s")
         with quiet_numba():
-            out = fn(self.fns, *args)
+            out = fn(fns, *args)
         _NUMBA_READY[0] = True
         return out, fn
 

@@ -87,8 +87,10 @@ def test_second_process_does_not_recompile(tmp_path):
         mf.kernel_profile(activation="softplus", sigma_w=1.1, sigma_b=0.2, depth=3)
         dt = time.perf_counter() - t
         c = compiled(activation="softplus")
+        from meanfield import _quadrature_numba as Q
         print(json.dumps(dict(
             expr_hits=c.fns.cache_hits,
+            engine_hits=Q._expect1.cache_hits + Q._expect2.cache_hits,
             kernel_misses=sum(KN.profile.stats.cache_misses.values()),
             seconds=dt)))
     """)
@@ -101,5 +103,7 @@ def test_second_process_does_not_recompile(tmp_path):
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert runs[0]["expr_hits"] == 0          # first process compiles the expressions
     assert runs[1]["expr_hits"] == 1     # the second loads them from disk
+    # the quadrature engine too (its code holds no address of the first process: cacheable)
+    assert runs[0]["engine_hits"] == 0 and runs[1]["engine_hits"] == 2
     assert runs[1]["kernel_misses"] == 0
     assert any(p.name.startswith("meanfield_expr_") for p in tmp_path.iterdir())
