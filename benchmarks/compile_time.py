@@ -3,8 +3,8 @@
     python benchmarks/compile_time.py BEFORE_DIR AFTER_DIR [--json FILE]
 
 For each checkout, one fresh cache folder (``MEANFIELD_CACHE_DIR`` and ``NUMBA_CACHE_DIR``) is
-warmed by a process that compiles what every network shares (the solver kernels and, where the
-checkout has one, the compiled quadrature engine) on the erf MLP. Then each network below is
+warmed by processes that compile what every network shares (the solver kernels and, where the
+checkout has one, the compiled quadrature engine) on the erf MLP and the pre-LN softplus MLP. Then each network below is
 compiled in its own fresh process, the two checkouts interleaved network by network: the CPU time
 (``time.process_time``) of loading the network's compiled recursion with numba, which generates
 its module with sympy and compiles it (the cost a user pays on the first large call of a network
@@ -62,7 +62,8 @@ def main():
     args = ap.parse_args()
     caches = {side: tempfile.mkdtemp(prefix=f"meanfield-compile-{side}-") for side in ("before", "after")}
     for side in ("before", "after"):
-        _run(getattr(args, side), caches[side], "mf.Architecture('erf')")  # the shared kernels (and engine)
+        for warm in ("mf.Architecture('erf')", "mf.Architecture('softplus', norm='ln_pre')"):
+            _run(getattr(args, side), caches[side], warm)  # the shared kernels (and quadrature engine)
     rows = []
     print(f"{'network':<36} {'compile before':>14} {'after':>8} {'ratio':>7}   {'first line before':>17} {'after':>8}")
     for name, expr in NETWORKS.items():

@@ -118,6 +118,38 @@ def test_quadrature_expectations_agree(act, tol):
 
 
 @pytest.mark.slow
+def test_an_integrand_numpy_cannot_print_is_mapped_over_the_nodes(tmp_path, monkeypatch):
+    """Where numpy has no printing of an integrand, the interpreted engine maps the integrand's
+    scalar body over the quadrature nodes: the same expectations as with the numpy twins."""
+    # both generated here: the numbering of the expectations follows sympy's set order, per process
+    path = tmp_path / "meanfield_expr_numpy_twins.py"
+    path.write_text(numeric.generate_source(mf.Architecture(activation="tanh")))
+    twins = numeric._expressions_interpreted(path)
+    monkeypatch.setattr(numeric._Gen, "_numpy_body", lambda self, *args: False)
+    path = tmp_path / "meanfield_expr_scalar_bodies.py"
+    path.write_text(numeric.generate_source(mf.Architecture(activation="tanh")))
+    scalar = numeric._expressions_interpreted(path)
+    assert "_E1_0_SCALAR" in vars(scalar) and "_E1_0_NUMPY" not in vars(scalar)
+    one = sorted(n for n in vars(scalar) if n.startswith("_E1_") and n[4:].isdigit())
+    two = sorted(n for n in vars(scalar) if n.startswith("_E2_") and n[4:].isdigit())
+    assert one and two
+    from meanfield import gaussian
+
+    # libm's tanh (the scalar bodies) and numpy's differ by an ulp: agreement to 1e-14 of E|f|
+    for name in one:
+        f, cuts = getattr(twins, name + "_NUMPY")
+        for K in (1e-3, 0.7, 40.0):
+            a, b = getattr(scalar, name)(np.float64(K)), getattr(twins, name)(np.float64(K))
+            scale = gaussian.quad1(lambda h: np.abs(f(h)), np.sqrt(K), cuts)[0]
+            assert abs(a - b) <= 1e-14 * scale, (name, K, a, b, scale)
+    for name in two:
+        f, cu, cv = getattr(twins, name + "_NUMPY")
+        a, b = (getattr(m, name)(np.float64(1.3), np.float64(0.4), np.float64(0.5)) for m in (scalar, twins))
+        scale = float(gaussian.expect2(lambda u, v: np.abs(f(u, v)), 1.3, 0.4, 0.5, (cu, cv[1:])))
+        assert abs(a - b) <= 1e-14 * scale, (name, a, b, scale)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("act", ["tanh", "kinked"])
 def test_two_point_expectations_agree(act):
     """The interpreted two-point expectations (numpy: all inner integrals of an outer level at once)
