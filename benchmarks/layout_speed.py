@@ -16,6 +16,9 @@ import sys
 WORKLOADS = {
     "critical_line erf, 10^4 sigma_w": "mf.critical_line('erf', sigma_w=np.linspace(0.5, 3, 10_000))",
     "critical_line gelu, 10^4 sigma_w": "mf.critical_line('gelu', sigma_w=np.linspace(0.5, 3, 10_000))",
+    "critical_line tanh (quadrature), 10^3 sigma_w": "mf.critical_line('tanh', sigma_w=np.linspace(1.05, 3, 1_000))",
+    "kernel_profile silu (quadrature), 10^3 points, depth 50":
+        "mf.kernel_profile('silu', sigma_w=SW[:1000], sigma_b=SB[:1000], depth=50)",
     "kernel_profile erf, 10^4 points, depth 50":
         "mf.kernel_profile('erf', sigma_w=SW, sigma_b=SB, depth=50)",
     "kernel_profile residual rms_norm/silu, 10^3 points, depth 20":

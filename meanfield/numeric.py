@@ -225,16 +225,22 @@ class _Gen:
         return True
 
     def _body(self, name, variables, expr):
-        """The integrand ``name``: a C function (numba ``cfunc``, cached), registered with the
-        JIT linker under :meth:`symbol` so that the engine of :mod:`meanfield._quadrature_numba`
-        can call it from cached code."""
+        """The integrand ``name`` (a jitted scalar function) and ``name_c``, its C function over a
+        batch of nodes (numba ``cfunc``, cached), registered with the JIT linker under
+        :meth:`symbol` so that the engine of :mod:`meanfield._quadrature_numba` can call it
+        from cached code."""
         sub = {v: sp.Symbol(f"_v{i}") for i, v in enumerate(variables)}
         code = self.doprint(stable_form(sp.sympify(expr).subs(sub)))
-        sig = "ONE_POINT_SIGNATURE" if len(sub) == 1 else "TWO_POINT_SIGNATURE"
-        self.lines += [f'@cfunc({sig}, cache=True, error_model="numpy", nopython=True)',
-                       f"def {name}({', '.join(str(s) for s in sub.values())}):",
-                       f"    return {code}", "",
-                       f'register("{self.symbol(name)}", {name})', ""]
+        # the scalar body (the interpreted engine maps it where numpy cannot print the integrand),
+        # and the C function over a batch of nodes that the compiled engine calls
+        one = len(sub) == 1
+        self.lines += [f"@{_JIT}", f"def {name}({', '.join(str(s) for s in sub.values())}):", f"    return {code}", "",
+                       f'@cfunc({"ONE_POINT_SIGNATURE" if one else "TWO_POINT_SIGNATURE"}, cache=True, '
+                       'error_model="numpy", nopython=True)',
+                       f"def {name}_c({'h' if one else '_v0, v'}, out, n):",
+                       "    for i in range(n):",
+                       f"        out[i] = {name}({'h[i]' if one else '_v0, v[i]'})",
+                       "", f'register("{self.symbol(name)}", {name}_c)', ""]
 
     def symbol(self, name: str) -> str:
         """The C symbol of integrand ``name`` of this module (unique per cache key)."""

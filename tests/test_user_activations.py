@@ -278,7 +278,15 @@ def test_numba_and_numpy_engines_agree():
             return Q.one_point(Q.symbol_address("meanfield_test_engine_sin2"), cuts, K)
         return Q.one_point(Q.symbol_address("meanfield_test_engine_elu"), cuts, K)
 
-    compiled = [cfunc(Q.ONE_POINT_SIGNATURE)(f) for _, f, _, _ in cases]
+    def batch(f):  # the integrand as the engine calls it: one C call over a batch of nodes
+        fj = njit(f)
+
+        def over_nodes(h, out, n):
+            for i in range(n):
+                out[i] = fj(h[i])
+        return cfunc(Q.ONE_POINT_SIGNATURE)(over_nodes)
+
+    compiled = [batch(f) for _, f, _, _ in cases]
     for (name, *_), fc in zip(cases, compiled):  # before any code that names them is compiled
         Q.register(f"meanfield_test_engine_{name}", fc)
     for which, ((name, f, fv, cuts), fc) in enumerate(zip(cases, compiled)):
