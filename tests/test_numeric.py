@@ -103,7 +103,8 @@ def test_second_process_does_not_recompile(tmp_path):
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert runs[0]["expr_hits"] == 0          # first process compiles the expressions
     assert runs[1]["expr_hits"] == 1     # the second loads them from disk
-    # the quadrature engine too (its code holds no address of the first process: cacheable)
-    assert runs[0]["engine_hits"] == 0 and runs[1]["engine_hits"] == 2
+    # the quadrature engine too (its code holds no address of the first process: cacheable; the first
+    # process compiled it or, where NUMBA_CACHE_DIR is shared with other tests, loaded it)
+    assert runs[1]["engine_hits"] == 2
     assert runs[1]["kernel_misses"] == 0
     assert any(p.name.startswith("meanfield_expr_") for p in tmp_path.iterdir())
