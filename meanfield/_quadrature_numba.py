@@ -4,12 +4,14 @@ E[f(h)], h ~ N(0, K) (:func:`one_point`), and E[f(u, v)] for a zero-mean
 Gaussian pair (:func:`two_point`, the nested rule of
 :func:`meanfield.gaussian.expect2`), both NaN where the rule does not
 converge (which the solvers report). The rule is
-:mod:`meanfield.quadrature_rule`'s, visited node by node.
+:mod:`meanfield.quadrature_rule`'s, its nodes collected per level and the
+integrand called once per level over all of them.
 
 How a generated module (:mod:`meanfield.numeric`) uses it, and why so:
 
-- its integrands are C functions (numba ``cfunc``, cached), registered
-  under a name that holds the module's cache key (:func:`register`);
+- its integrands are C functions over a batch of nodes (numba ``cfunc``,
+  cached; :data:`ONE_POINT_SIGNATURE`, :data:`TWO_POINT_SIGNATURE`),
+  registered under a name that holds the module's cache key (:func:`register`);
 - its code passes an integrand to :func:`one_point` / :func:`two_point` by
   that name (:func:`symbol_address`, resolved when the code is loaded);
 - those call the engine, compiled once in this module, through the C
@@ -18,8 +20,8 @@ How a generated module (:mod:`meanfield.numeric`) uses it, and why so:
 Nothing of the engine is compiled into a generated module, and nothing in
 one holds an address of this process, so numba caches it: a new activation
 compiles its integrands and its expressions, not the engine (pasted into
-every module, once per expectation, the engine had cost ~20-60 s of
-compilation per quadrature activation). A jitted function passed as a value,
+every module, once per expectation, the engine had cost 30-55 s of
+compilation per quadrature network; benchmarks/README.md, ``compile_time``). A jitted function passed as a value,
 or a function pointer known at compile time, would be compiled in as an
 address of this process, which numba refuses to cache.
 
@@ -288,7 +290,7 @@ _outer_levels = scalar_engine(_outer)
 def _expect1(f, cuts_address, n_cuts, K):
     """E[f(h)], h ~ N(0, K): the one-point engine of :func:`meanfield.gaussian.expect`.
 
-    ``cuts``: the breakpoints of f in h (plus, at sqrt(K) > 1e3, h = +-1, +-8, +-40:
+    ``f``: the address of the integrand's C function; ``cuts_address``, ``n_cuts``: the breakpoints of f in h (plus, at sqrt(K) > 1e3, h = +-1, +-8, +-40:
     :func:`meanfield.quadrature_rule.scale_cuts`). NaN where K is not >= 0 or the rule
     did not converge at its finest level."""
     if not K >= 0.0:

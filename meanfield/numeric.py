@@ -19,13 +19,15 @@ all architectures.
 
 Unevaluated Gaussian expectations (activations without closed forms) become
 calls to the compiled engine of :mod:`meanfield._quadrature_numba`
-(:func:`~meanfield._quadrature_numba.expect1` for E[f(h)],
-:func:`~meanfield._quadrature_numba.expect2` for two points): the generated
-module compiles only the integrand, with an explicit signature, and passes
-it as a first-class function, so the engine (the rule of
+(:func:`~meanfield._quadrature_numba.one_point` for E[f(h)],
+:func:`~meanfield._quadrature_numba.two_point` for two points): the generated
+module compiles only its integrands, as C functions over batches of nodes
+registered under names that hold its cache key, and names them to the
+engine by symbol, so the engine (the rule of
 :mod:`meanfield.quadrature_rule`: piecewise exp-sinh/tanh-sinh, split at the
 integrand's breakpoints, refined until its error estimate passes, NaN if it
-never does) is compiled once for every activation. Integrand bodies are
+never does) is compiled once for every network, and the module, holding no
+address of the process, is cached by numba. Integrand bodies are
 rewritten to avoid float64 overflow (a stable softplus).
 
 Two engines
