@@ -55,8 +55,8 @@ E|f(u, v)| (its integrand carries E[|f| | u] as its scale), not against
 E|E[f | u]|, which vanishes where f cancels given u (C(0) = 0 of a DKS
 activation); an inner integral that did not converge passes its error on,
 and counts only with its Gaussian weight. The compiled modules run the
-same nested engine (:func:`meanfield._quadrature_numba.expect2`, the
-integrand a first-class function). Two-point K-derivatives that would need delta terms on
+same nested engine (:func:`meanfield._quadrature_numba.two_point`, the
+integrand a C function named to it by symbol). Two-point K-derivatives that would need delta terms on
 a line (a kinked factor differentiated twice) are NaN, not silently wrong.
 
 Accuracy limits worth knowing: the error is relative to E|f(h)|, so a
@@ -270,7 +270,7 @@ def interpreted_expect(f, cuts):
     ``f`` is the numpy twin of a compiled integrand (the same sympy expression,
     printed for numpy arrays), ``cuts`` its breakpoints (float64 array). The
     engine is :func:`meanfield.quadrature_rule.quad_levels`, the numpy form of the
-    compiled :func:`meanfield._quadrature_numba.quad_scalar` (same nodes, weights and convergence test; the
+    compiled :func:`meanfield._quadrature_numba.scalar_engine` (same nodes, weights and convergence test; the
     sums in another order, so the two agree to rounding): one vectorised
     evaluation of f for the base rule instead of ~500 scalar calls. NaN where
     K is not >= 0 or the rule did not converge, as the compiled function.
@@ -301,7 +301,7 @@ def _outer_cuts(cu, cv, a, sd, s1):
     c != 0 of ``cv``: there E[f(u, v) | u] follows g(a u)'s kinks, sharpened to a width sd / |a| in u,
     and the outer rule does not converge across a kink it was not told of (hardtanh at rho = -1,
     parallel inputs of different norms, was refused). The compiled engine
-    (:func:`meanfield._quadrature_numba.expect2`) splits the same way."""
+    (:func:`meanfield._quadrature_numba.two_point`) splits the same way."""
     if not (a != 0.0 and sd < 0.1 * abs(a) * s1):
         return cu
     extra = cv[cv != 0.0] / a
@@ -311,7 +311,7 @@ def _outer_cuts(cu, cv, a, sd, s1):
 
 def interpreted_expect2(f, cu, cv):
     """(K1, K2, K12) -> E[f(u, v)] for the interpreted twin of a compiled module: the compiled
-    :func:`meanfield._quadrature_numba.expect2` with the numpy engine of
+    :func:`meanfield._quadrature_numba.two_point` with the numpy engine of
     :func:`expect2` (all inner integrals of an outer level at once, :func:`_inner_batch`).
     ``f``: the numpy twin of the integrand; ``cu``, ``cv``: its breakpoints in u and in v
     (``cv`` with 0, as the compiled module's). NaN where the compiled function gives NaN."""

@@ -299,7 +299,8 @@ class _Gen:
 
     def quad2(self, f: sp.Lambda) -> str:
         """E[f(u, v)] compiled: the nested engine of :func:`meanfield.gaussian.expect2`
-        (:func:`_nested_source`) with the integrand compiled in; its breakpoints in u
+        (:func:`meanfield._quadrature_numba.two_point`), the integrand a C function over
+        batches of nodes; its breakpoints in u
         and in v are located once, here, at code generation
         (:func:`meanfield.gaussian.two_point_cuts`)."""
         key = sp.srepr(f)
