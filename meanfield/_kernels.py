@@ -395,16 +395,17 @@ def fixed_point_many(fns, pair, K0, Q0, W, T, mu, eps, maxiter, outK, outQ, outS
 
 
 @njit(**_JIT)
-def roots_scan(fns, Ks, Q, W, T, mu, eps, out):
+def roots_scan(fns, Ks, g, Q, W, T, mu, eps, out):
     """All sign changes of g = F(K) - K between consecutive grid points Ks,
-    refined by Brent (nan-padded output; returns how many were found)."""
+    given g on the grid (``g_grid``), refined by Brent (nan-padded output;
+    returns how many were found)."""
     n = 0
-    gp = g1(fns, Ks[0], Q, W, T, mu, eps)
+    gp = g[0]
     if gp == 0.0:
         out[n] = Ks[0]
         n += 1
     for i in range(1, Ks.shape[0]):
-        gi = g1(fns, Ks[i], Q, W, T, mu, eps)
+        gi = g[i]
         if _isfinite(gp) and _isfinite(gi):
             if gi == 0.0:
                 if n < out.shape[0]:

@@ -3,8 +3,9 @@
 E[phi(sqrt(K) z)^2] of such an activation is not resolved by the quadrature beyond K ~ 1.3e7
 (10 halvings of the step); the scans over K* (critical_line's table to 1e12, critical_point,
 fixed_points, exponents) refuse up front with a ConvergenceError naming the activation and the K
-(issue 27 item 2), and the calls that stay below that K answer, checked against the closed forms
-E[sin^2 h] = (1 - e^{-2K})/2, E[cos^2 h] = (1 + e^{-2K})/2 solved with mpmath.
+(issue 27 item 2), and the calls that stay below that K answer, in bounded time (docs/theory.md,
+"Limits"), checked against the closed forms E[sin^2 h] = (1 - e^{-2K})/2 and
+E[cos^2 h] = (1 + e^{-2K})/2 solved with mpmath.
 """
 import math
 
@@ -106,3 +107,33 @@ def test_sin_critical_line_at_an_unresolved_fixed_point_is_refused(interpreted):
     """A K* the quadrature does not resolve is refused by name, not returned as 'no line' (NaN)."""
     with pytest.raises(ConvergenceError, match=r"cannot be evaluated at K = 1e\+10"):
         mf.critical_line(activation=sp.sin(x), K_star=[0.17, 1e10])
+
+
+def test_critical_point_lists_fixed_points_below_its_own_K_max(interpreted):
+    """Where the recursion cannot be evaluated up to 1e10, critical_point lists the fixed points in
+    [0, K_max] at the point (it used to ask fixed_points for K up to 1e10 and was refused there).
+
+    sin: chi_J = W (1 + e^{-2K})/2 and chi_K = W e^{-2K} are both 1 only at K = 0, W = 1, T = 0, where
+    F(K) - K = -K^2 + O(K^3) (c2 = 1 > 0): half-stable from above, the only fixed point."""
+    points = mf.critical_point(activation=sp.sin(x), K_max=1e4).points
+    assert len(points) == 1
+    p = points[0]
+    assert abs(p.sigma_w - 1.0) <= 1e-10 and abs(p.sigma_b) <= 1e-10 and abs(p.K_star) <= 1e-12
+    assert p.stability == "half-stable from above"
+    assert [fp.K for fp in p.fixed_points] == [0.0]
+    assert p.fixed_points[0].basin == (0.0, math.inf)
+
+
+@pytest.mark.slow
+def test_a_scan_whose_integrals_converge_only_at_their_finest_levels_answers(monkeypatch):
+    """The worst case of the bound stated in docs/theory.md ("Limits"): sin's fixed points scanned up to
+    K_max = 1e7, just below the first K refused (the quadrature converges there only at its finest
+    levels; ~13 s in numba). The answer is the closed form's, not an approximation."""
+    monkeypatch.setattr(numeric, "_ENGINE_FORCED", "numba")
+    fps = mf.fixed_points(activation=sp.sin(x), sigma_w=1.5, sigma_b=0.3, K_max=1e7)
+    ref = _sin_fixed_point(1.5, 0.3)
+    assert [fp.stability for fp in fps] == ["stable"]
+    assert abs(fps[0].K - ref) <= 1e-10 * ref
+    assert fps[0].basin == (0.0, math.inf)
+    with pytest.raises(ConvergenceError, match=r"cannot be evaluated at K = 1\.25e\+07"):
+        mf.fixed_points(activation=sp.sin(x), sigma_w=1.5, sigma_b=0.3, K_max=1.25e7)

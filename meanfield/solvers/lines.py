@@ -23,7 +23,8 @@ from .. import _fnindex as KN
 from .._validate import check_nonnegative, check_real
 from .._serialize import Result
 from ..calculus import Architecture
-from ._common import ST_INF, ST_OK, _expr, prepare, require_computable, variances, warn_if_approximate
+from ._common import (ST_INF, ST_OK, ConvergenceError, _expr, prepare, require_computable, variances,
+                      warn_if_approximate)
 from ._expansion import _polish_critical, _series
 from .fixed import fixed_point_state
 
@@ -397,7 +398,7 @@ def fixed_points(arch=None, sigma_w=None, sigma_b=None, K_max=1e10, _known=(), *
     g = np.empty(grid.size)
     comp.call("g_grid", grid, 0.0, W, T, comp.mu, comp.eps, g)
     out = np.full(64, np.nan)
-    n = comp.call("roots_scan", grid, 0.0, W, T, comp.mu, comp.eps, out)
+    n = comp.call("roots_scan", grid, g, 0.0, W, T, comp.mu, comp.eps, out)
     roots = list(out[:n])
     # tangent roots: |g| dips towards zero without a sign change
     a = np.abs(g)
@@ -525,8 +526,9 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
     activations, whose line K* -> (sigma_w, sigma_b) is a single point with
     every K a fixed point, give that point with stability 'marginal'.
 
-    Each point lists every fixed point of the map there with its basin, so
-    it says which inputs reach K* (at the GELU point (1.408, 0.416), K* =
+    Each point lists every fixed point of the map there in [0, 1e10] (in
+    [0, K_max] where the recursion cannot be evaluated up to 1e10, as for
+    sin(x)) with its basin (:func:`fixed_points`), so it says which inputs reach K* (at the GELU point (1.408, 0.416), K* =
     (3 + sqrt 17)/2 attracts only from above; the unit input converges to a
     second, stable fixed point below it).
     """
@@ -544,7 +546,7 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
     for K, Wc, Tc in _critical_candidates(arch, comp, K_max):
         if not (Tc >= -1e-14 and Wc >= 0):
             continue
-        points.append(_critical_point_at(arch, comp, K, Wc, Tc))
+        points.append(_critical_point_at(arch, comp, K, Wc, Tc, K_max))
     note = "" if points else "no point with chi_J* = chi_K* = 1"
     if regime == "subcritical":
         note = (note + "; " if note else "") + _NOTE_SUB
@@ -599,8 +601,10 @@ def _critical_candidates(arch, comp, K_max):
     return found
 
 
-def _critical_point_at(arch, comp, K, Wc, Tc) -> "CriticalPoint":
-    """The CriticalPoint record at (K*, W, T): factors, series coefficients, stability, basins."""
+def _critical_point_at(arch, comp, K, Wc, Tc, K_max) -> "CriticalPoint":
+    """The CriticalPoint record at (K*, W, T): factors, series coefficients, stability, and the
+    fixed points with their basins (in [0, 1e10], or [0, K_max] where the recursion cannot be
+    evaluated up to 1e10)."""
     sw, sb = float(np.sqrt(Wc)), float(np.sqrt(max(Tc, 0.0)))
     if np.isnan(K):  # marginal: a line of fixed points
         K = Wc + max(Tc, 0.0)
@@ -614,7 +618,10 @@ def _critical_point_at(arch, comp, K, Wc, Tc) -> "CriticalPoint":
         c2, c3, d1 = _series(arch, K, sw, sb)
         stab = _stability_from_series(c2, c3, K)
         note = ""
-        fps = tuple(fixed_points(arch, sw, sb, _known=(K,)))
+        try:
+            fps = tuple(fixed_points(arch, sw, sb, _known=(K,)))
+        except ConvergenceError:   # not computable up to 1e10 (an oscillating activation): up to K_max
+            fps = tuple(fixed_points(arch, sw, sb, K_max=max(K_max, 1e-6), _known=(K,)))
         unit_K = float(fixed_point_state(arch, sw, sb, errors="nan").K)
     chiJ = float(_expr(comp, KN.CHI_J, K, Wc, max(Tc, 0.0))[0])
     chiK = float(_expr(comp, KN.CHI_K, K, Wc, max(Tc, 0.0))[0])
