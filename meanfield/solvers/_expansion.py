@@ -19,9 +19,15 @@ from ._common import uses_quadrature
 
 
 @lru_cache(maxsize=64)
-def _derivatives(arch: Architecture, order: int):
+def _derivatives(arch: Architecture, order: int, float64_expectations: bool = False):
     """mpmath functions of (K, sigma_w, sigma_b, mu, eps) for d^n F/dK^n (n <= order) and d^n chi_J/dK^n
     (n <= min(order, 1)).
+
+    Their one-point Gaussian expectations are mpmath quadratures at 30 digits, or, with
+    ``float64_expectations``, the package's float64 engine (:func:`meanfield.gaussian.quad1`, an
+    error below 1e-10 of E|f|; mpmath where it does not converge): the high derivatives of an
+    activation without a closed form are large expressions, ~20 ms per mpmath node (a GELU-tanh
+    series took ~90 s that way).
 
     Deriving them takes sympy ~0.5-1.5 s, so their mpmath source is kept on disk next to the
     architecture's generated module (same key: everything the recursion depends on) and a
@@ -30,7 +36,7 @@ def _derivatives(arch: Architecture, order: int):
     path = _derivatives_path(arch, order)
     if path is not None:
         try:
-            return _derivatives_load(json.loads(path.read_text()))
+            return _derivatives_load(json.loads(path.read_text()), float64_expectations)
         except (OSError, ValueError, KeyError, TypeError, SyntaxError):
             pass  # absent or unreadable: derive (and rewrite) it
     spec = _derivatives_source(arch, order)
@@ -41,12 +47,12 @@ def _derivatives(arch: Architecture, order: int):
             os.replace(tmp, path)  # atomic: a concurrent process never reads half a file
         except OSError:
             pass  # a read-only cache only costs the next process the derivation
-    return _derivatives_load(spec)
+    return _derivatives_load(spec, float64_expectations)
 
 
 #: the layout of _derivatives_source's output: bump it when that function changes (the key covers
 #: the recursion's sources, not this module)
-_SERIES_FORMAT = 1
+_SERIES_FORMAT = 2
 
 
 def _derivatives_path(arch, order):
@@ -80,7 +86,8 @@ def _derivatives_source(arch: Architecture, order: int) -> dict:
         for i, g in enumerate(e.atoms(GaussianExpectation)):
             f = sp.lambdify(g.args[0].variables, g.args[0].expr, modules="mpmath")
             cuts = pieces(g.args[0]).cuts  # kinks of user activations: split mpmath's quadrature there
-            ge.append({"name": f"_mf_ge{i}", "src": inspect.getsource(f), "cuts": [sp.srepr(c) for c in cuts]})
+            ge.append({"name": f"_mf_ge{i}", "src": inspect.getsource(f), "cuts": [sp.srepr(c) for c in cuts],
+                       "integrand": sp.srepr(g.args[0])})
             repl[g] = sp.Function(f"_mf_ge{i}")(g.args[1])
         for i, g in enumerate(e.atoms(GaussianExpectation2)):
             f = sp.lambdify(g.args[0].variables, g.args[0].expr, modules="mpmath")
@@ -104,7 +111,31 @@ def _mpmath_namespace() -> dict:
     return ns
 
 
-def _derivatives_load(spec: dict) -> dict:
+def _float64_expect(integrand, f, cuts):
+    """E[f(h)], h ~ N(0, K), as a function of an mpmath K: the float64 engine on the sympy ``integrand``
+    (compiled by :func:`~meanfield.gaussian.numpy_function` at the first call), mpmath quadrature of the
+    mpmath function ``f`` where the engine does not converge."""
+    import mpmath as mp
+
+    from ..gaussian import mp_expect, numpy_function, quad1
+
+    compiled = []
+    float_cuts = tuple(float(c) for c in cuts)
+
+    def expect(K):
+        k = float(K)
+        if k > 0:
+            if not compiled:
+                compiled.append(numpy_function(integrand))
+            value, _, _, converged = quad1(compiled[0], np.sqrt(k), float_cuts)
+            if converged and np.isfinite(value):
+                return mp.mpf(value)
+        return mp_expect(f, K, dps=30, cuts=cuts)
+
+    return expect
+
+
+def _derivatives_load(spec: dict, float64_expectations: bool = False) -> dict:
     """{"F": [functions], "X": [functions]} from :func:`_derivatives_source`'s output."""
     from ..gaussian import mp_expect, mp_expect2
 
@@ -121,7 +152,10 @@ def _derivatives_load(spec: dict) -> dict:
 
             f = run(g["src"], {})
             cuts = tuple(sp.sympify(c) for c in g["cuts"])
-            extra[g["name"]] = lambda K, f=f, cuts=cuts: mp_expect(f, K, dps=30, cuts=cuts)
+            if float64_expectations:
+                extra[g["name"]] = _float64_expect(sp.sympify(g["integrand"]), f, cuts)
+            else:
+                extra[g["name"]] = lambda K, f=f, cuts=cuts: mp_expect(f, K, dps=30, cuts=cuts)
         for g in d["ge2"]:
             f = run(g["src"], {})
             extra[g["name"]] = lambda a, b, c, f=f: mp_expect2(f, a, b, c, dps=25)
@@ -131,14 +165,15 @@ def _derivatives_load(spec: dict) -> dict:
 
 
 def _series(arch, K, sw, sb, order=3):
-    """Taylor coefficients at K* (the expansion of Recursion.series), evaluated with mpmath.
+    """Taylor coefficients at K* (the expansion of Recursion.series), evaluated with mpmath (its
+    Gaussian expectations by the float64 engine, to ~1e-13: :func:`_derivatives`).
 
     Returns (c2, c3, d1) of dK' = dK - c2 dK^2 - c3 dK^3 and chi_J = chi_J* - d1 dK.
     """
     import mpmath as mp
 
     try:
-        fs = _derivatives(arch, order)
+        fs = _derivatives(arch, order, float64_expectations=True)
         with mp.workdps(30):
             vals = (mp.mpf(K), mp.mpf(sw), mp.mpf(sb), mp.mpf(arch.mu or 0), mp.mpf(arch.eps or 0))
             a = [fs["F"][n](*vals) / mp.factorial(n) for n in range(order + 1)]
