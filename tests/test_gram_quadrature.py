@@ -133,29 +133,13 @@ def test_conditional_rule_against_nested_engine(name):
     np.testing.assert_allclose(pm(K1, K2, K12), out, rtol=1e-13)
 
 
-def _ref_2d(name, K1, K2, rho):
-    """E[f(u) f(v)] by nested mpmath quadrature: u = s1 z1, v | z1 ~ N(s2 rho z1, s2^2 (1 - rho^2))."""
-    f = MP[name][0]
-    mp.mp.dps = 20   # the nested integral at 30 digits takes minutes; 20 digits is ~1e-19
-    try:
-        s1, s2, rho = mp.sqrt(mp.mpf(K1)), mp.sqrt(mp.mpf(K2)), mp.mpf(rho)
-        sd = s2 * mp.sqrt((1 - rho) * (1 + rho))
-
-        def inner(z1):
-            m = s2 * rho * z1
-            return mp.quad(lambda z: mp.exp(-z * z / 2) * f(m + sd * z), [-mp.inf, -m / sd, mp.inf])
-
-        val = mp.quad(lambda z: mp.exp(-z * z / 2) * f(s1 * z) * inner(z), [-mp.inf, 0, mp.inf])
-        return val / (2 * mp.pi)
-    finally:
-        mp.mp.dps = 30
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("name, K1, K2, rho", [("tanh", 0.7, 2.3, 0.4), ("dsilu", 3.0, 0.4, -0.7)])
-def test_against_mpmath_2d(name, K1, K2, rho):
-    # about 2 minutes each (the nested mpmath integral)
-    _check(name, K1, K2, rho, _ref_2d(name, K1, K2, rho), 1e-12)
+def test_against_mpmath_2d(name, K1, K2, rho, mp_smooth2):
+    """Against the two-dimensional trapezoid rule in mpmath (tests/references, for smooth integrands).
+    It agreed with nested adaptive mpmath quadrature at 20 digits (31-51 s per pair) to 5e-18 (tanh) and
+    4e-18 (dsilu) of these values, in 0.5-0.8 s."""
+    f = MP[name][0]
+    _check(name, K1, K2, rho, mp_smooth2(f, f, K1, K2, rho * mp.sqrt(mp.mpf(K1) * mp.mpf(K2))), 1e-12)
 
 
 @pytest.mark.slow
