@@ -1,20 +1,20 @@
-"""The compiled Gram-row kernel ``_gram_quadrature._gram_rows`` before and after its split into @njit
-helpers (issue 24: no function over 80 lines), side by side in one run.
+"""The compiled Gram-row kernel ``_gram_quadrature._gram_rows`` before and after its split into
+@njit helpers (issue 24: no function over 80 lines), side by side in one run.
 
     python benchmarks/gram_rows_split.py BEFORE_DIR AFTER_DIR [--rounds 3] [--json FILE]
 
-Each checkout runs in its own fresh process (``PYTHONPATH`` = the checkout, its own ``NUMBA_CACHE_DIR``
-and ``MEANFIELD_CACHE_DIR`` under ``$BENCH_TMP`` or /tmp), the two alternated ``--rounds`` times
-(before, after, before, after, ...).
-Workloads: ``meanfield.kernels`` (NNGP + NTK) for tanh and SiLU (two-point moments by the Hermite
-series of meanfield/_gram_quadrature.py, whose first level is summed by ``_gram_rows``), n = 500 and
-n = 1000 Gaussian inputs of dimension 64 with row norms in [0.1, 3], depth 10, sigma_w = 1.5,
-sigma_b = 0.1. Per workload: one warm-up call (compiles), then the best of 3 calls (CPU time of the
-process, ``time.process_time``); ``_gram_rows`` is wrapped to count its calls and add up its CPU time
-inside those calls, and the arguments of its calls in the last run are replayed alone (best of 5 per
-call, summed over the calls). The results' bytes are hashed, so that the two checkouts can be checked
-to give the same numbers bit for bit. In the same processes, BEFORE's ``_gram_rows`` (its source, compiled
-there without cache) and the checkout's own are timed alternately on those arguments (best of 8 each,
+Each checkout runs in its own fresh process (``PYTHONPATH`` = the checkout, its own
+``NUMBA_CACHE_DIR`` and ``MEANFIELD_CACHE_DIR`` under ``$BENCH_TMP`` or /tmp), the two alternated
+``--rounds`` times (before, after, before, after, ...). Workloads: ``meanfield.kernels`` (NNGP +
+NTK) for tanh and SiLU (two-point moments by the Hermite series of meanfield/_gram_quadrature.py,
+whose first level is summed by ``_gram_rows``), n = 500 and n = 1000 Gaussian inputs of dimension 64
+with row norms in [0.1, 3], depth 10, sigma_w = 1.5, sigma_b = 0.1. Per workload: one warm-up call
+(compiles), then the best of 3 calls (CPU time of the process, ``time.process_time``);
+``_gram_rows`` is wrapped to count its calls and add up its CPU time inside those calls, and the
+arguments of its calls in the last run are replayed alone (best of 5 per call, summed over the
+calls). The results' bytes are hashed, so that the two checkouts can be checked to give the same
+numbers bit for bit. In the same processes, BEFORE's ``_gram_rows`` (its source, compiled there
+without cache) and the checkout's own are timed alternately on those arguments (best of 8 each,
 summed over the calls; the outputs compared bit for bit): in AFTER's process that is old against new
 under the same load, in BEFORE's the control (old against itself: the noise of the comparison).
 Reported: min over rounds, and after / before.
@@ -51,8 +51,10 @@ if os.environ.get("OLD_SOURCE"):
     import ast
     from numba import njit
     src = open(os.environ["OLD_SOURCE"]).read()
-    node = [d for d in ast.parse(src).body if isinstance(d, ast.FunctionDef) and d.name == "_gram_rows"][0]
-    text = "\n".join(src.splitlines()[node.lineno - 2:node.end_lineno]).replace("cache=True", "cache=False")
+    node = [d for d in ast.parse(src).body
+            if isinstance(d, ast.FunctionDef) and d.name == "_gram_rows"][0]
+    text = "\n".join(src.splitlines()[node.lineno - 2:node.end_lineno])
+    text = text.replace("cache=True", "cache=False")
     ns = {"np": np, "njit": njit}
     exec(text, ns)
     OLD = ns["_gram_rows"]
@@ -81,8 +83,8 @@ for act in ("tanh", "silu"):
                 b = min(b, time.process_time() - t)
             alone += b
         if OLD is not None:
-            # the old kernel (compiled from the other checkout's source in this process) and the new one,
-            # interleaved call by call on the same arguments: the same load for both
+            # the old kernel (compiled from the other checkout's source in this process) and the
+            # new one, interleaved call by call on the same arguments: the same load for both
             t_new, t_old, same = 0.0, 0.0, True
             for args in calls:
                 best2 = [float("inf"), float("inf")]
@@ -99,8 +101,10 @@ for act in ("tanh", "silu"):
                 same &= np.array_equal(s_new, args[-1])
                 t_new += best2[0]
                 t_old += best2[1]
-            res_inproc = {"new_s": t_new, "old_s": t_old, "ratio": t_new / t_old, "bit_identical": same}
-        h = hashlib.sha256(np.ascontiguousarray(r.nngp).tobytes() + np.ascontiguousarray(r.ntk).tobytes())
+            res_inproc = {"new_s": t_new, "old_s": t_old, "ratio": t_new / t_old,
+                          "bit_identical": same}
+        h = hashlib.sha256(np.ascontiguousarray(r.nngp).tobytes()
+                           + np.ascontiguousarray(r.ntk).tobytes())
         res[f"{act} n={n}"] = {"kernels_s": best, "gram_rows_in_kernels_s": best_rows,
                                "gram_rows_alone_s": alone, "gram_rows_calls": len(calls),
                                "sha256": h.hexdigest()}
@@ -111,13 +115,14 @@ print("RESULT " + json.dumps(res))
 
 
 def worker(tree, tag, old_source=""):
-    env = dict(os.environ, PYTHONPATH=tree, OLD_SOURCE=old_source, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               NUMBA_NUM_THREADS="1",
-               NUMBA_CACHE_DIR=os.path.join(os.environ.get("BENCH_TMP", "/tmp"), f"gram_rows_split_{tag}_numba"),
-               MEANFIELD_CACHE_DIR=os.path.join(os.environ.get("BENCH_TMP", "/tmp"), f"gram_rows_split_{tag}_cache"))
+    tmp = os.environ.get("BENCH_TMP", "/tmp")
+    env = dict(os.environ, PYTHONPATH=tree, OLD_SOURCE=old_source, OMP_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
+               NUMBA_CACHE_DIR=os.path.join(tmp, f"gram_rows_split_{tag}_numba"),
+               MEANFIELD_CACHE_DIR=os.path.join(tmp, f"gram_rows_split_{tag}_cache"))
     # run from a neutral folder: ``python -c`` puts the current folder ahead of PYTHONPATH
-    out = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, check=True,
-                         cwd=os.environ.get("BENCH_TMP", "/tmp"))
+    out = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True,
+                         check=True, cwd=tmp)
     line = [s for s in out.stdout.splitlines() if s.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])
 
@@ -156,11 +161,12 @@ def main():
     print(f"files: before {runs['before'][0]['file']}, after {runs['after'][0]['file']}")
     print(f"load average (1 min) after each process: {', '.join(f'{x:.2f}' for x in load)}")
     print("| workload | kernels before / after (s) | ratio | _gram_rows in kernels | ratio "
-          "| _gram_rows alone | ratio | same process, old / new | ratio | control: old / old | ratio "
-          "| calls | same bits |")
+          "| _gram_rows alone | ratio | same process, old / new | ratio "
+          "| control: old / old | ratio | calls | same bits |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c, row in table.items():
-        cells = [f"{row[k]['before']:.3f} / {row[k]['after']:.3f} | {row[k]['ratio']:.3f}" for k in keys]
+        cells = [f"{row[k]['before']:.3f} / {row[k]['after']:.3f} | {row[k]['ratio']:.3f}"
+                 for k in keys]
         for key in ("in_process", "in_process_control"):
             ip = row[key]
             cells.append(f"{ip['old_s']:.4f} / {ip['new_s']:.4f} | {ip['ratio']:.3f}")
@@ -168,9 +174,9 @@ def main():
         print(f"| {c} | " + " | ".join(cells) + f" | {row['gram_rows_calls']} | {same} |")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "cpus": os.cpu_count(),
-                       "rounds": a.rounds, "load_average_1min": load, "results": table, "runs": runs},
-                      fh, indent=1)
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                       "cpus": os.cpu_count(), "rounds": a.rounds, "load_average_1min": load,
+                       "results": table, "runs": runs}, fh, indent=1)
 
 
 if __name__ == "__main__":

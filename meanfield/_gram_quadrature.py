@@ -396,14 +396,16 @@ def _is_symmetric(C):
     return True
 
 
-# The row steps of _gram_rows. inline="always": numba inlines them into its IR (LLVM leaves plain @njit
-# callees as calls: 2-3% slower); _gram_rows keeps the row's views as locals (views sliced in the call
-# arguments: 3-4% slower). benchmarks/gram_rows_split.py compares with the single function they replaced.
+# The row steps of _gram_rows. inline="always": numba inlines them into its IR (LLVM leaves
+# plain @njit callees as calls: 2-3% slower); _gram_rows keeps the row's views as locals (views
+# sliced in the call arguments: 3-4% slower). benchmarks/gram_rows_split.py compares with the
+# single function they replaced.
 @njit(cache=True, error_model="numpy", nogil=True, inline="always")
 def _row_setup(crow, kk, ibr, eb, ki, ea, rho, r2, pw, sc, order, flag):
-    """One row of :func:`_gram_rows`, branch-free (vectorised): rho, rho^2, |rho|^3 (the bound's factor
-    at N = 2), the tolerance tol sqrt(E f^2 E g^2), the order -1 (unsettled) and the flag of the
-    special entries (a non-finite variance or K12, identical arguments); returns their number."""
+    """One row of :func:`_gram_rows`, branch-free (vectorised): rho, rho^2, |rho|^3 (the bound's
+    factor at N = 2), the tolerance tol sqrt(E f^2 E g^2), the order -1 (unsettled) and the flag
+    of the special entries (a non-finite variance or K12, identical arguments); returns their
+    number."""
     m = rho.size
     for j in range(m):
         c = crow[j]
@@ -436,7 +438,8 @@ def _row_special(crow, ibr, flag, ea1, same_ok, orow, srow, order, sc):
             orow[j] = np.nan
             srow[j] = 3
         elif same_ok:
-            # identical arguments: the one-point E[f^2] on the same rule, the series' value at rho = 1
+            # identical arguments: the one-point E[f^2] on the same rule, the series' value at
+            # rho = 1
             orow[j] = ea1 * ea1
             srow[j] = 0
         else:
