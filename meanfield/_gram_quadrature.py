@@ -396,6 +396,138 @@ def _is_symmetric(C):
     return True
 
 
+# The row steps of _gram_rows. inline="always": numba inlines them into its IR (LLVM leaves
+# plain @njit callees as calls: 2-3% slower); _gram_rows keeps the row's views as locals (views
+# sliced in the call arguments: 3-4% slower). benchmarks/gram_rows_split.py compares with the
+# single function they replaced.
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _row_setup(crow, kk, ibr, eb, ki, ea, rho, r2, pw, sc, order, flag):
+    """One row of :func:`_gram_rows`, branch-free (vectorised): rho, rho^2, |rho|^3 (the bound's
+    factor at N = 2), the tolerance tol sqrt(E f^2 E g^2), the order -1 (unsettled) and the flag
+    of the special entries (a non-finite variance or K12, identical arguments); returns their
+    number."""
+    m = rho.size
+    for j in range(m):
+        c = crow[j]
+        d = np.sqrt(ki * kk[j])
+        r = c / d if d > 0.0 else 0.0
+        r = min(1.0, max(-1.0, r))
+        rho[j] = r
+        r2[j] = r * r
+        pw[j] = abs(r) * r * r          # |rho|^(N + 1) for N = ladder[0] = 2
+        sc[j] = ea * eb[j]
+        order[j] = -1.0
+        sp_ = (ibr[j] < 0) | (c - c != 0.0) | ((kk[j] == ki) & (c == ki))
+        flag[j] = 1.0 if sp_ else 0.0
+    special = 0
+    for j in range(m):
+        special += flag[j] != 0.0
+    return special
+
+
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _row_special(crow, ibr, flag, ea1, same_ok, orow, srow, order, sc):
+    """The flagged entries of one row: NaN and state 3 (a non-finite variance or K12), the one-point
+    E f^2 (``ea1`` = sqrt(E f^2); ``same_ok``: f = g with E f^2 usable) and state 0 (identical
+    arguments), else state 2; all taken out of the series (order -2, tolerance -1)."""
+    for j in range(flag.size):
+        if flag[j] == 0.0:
+            continue
+        c = crow[j]
+        if ibr[j] < 0 or not np.isfinite(c):
+            orow[j] = np.nan
+            srow[j] = 3
+        elif same_ok:
+            # identical arguments: the one-point E[f^2] on the same rule, the series' value at
+            # rho = 1
+            orow[j] = ea1 * ea1
+            srow[j] = 0
+        else:
+            srow[j] = 2
+        order[j] = -2.0
+        sc[j] = -1.0
+
+
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _row_orders(sA, a, ua, sBc, j0, ladder, left, pw, r2, sc, order):
+    """The smallest N of ``ladder`` per entry of one row (into ``order``; -1 where none), level by
+    level (vectorised over the row; stops when all are settled or N passes the row's usable order
+    ``ua``); ``pw`` is stepped from |rho|^3 by rho^2. Returns (the last level tried (-1: none), the
+    entries left unsettled)."""
+    m = pw.size
+    prev = ladder[0]
+    kmax = -1
+    for L in range(ladder.size):
+        if left == 0:
+            break
+        N = ladder[L]
+        if N > ua:
+            break
+        for _ in range((N - prev) // 2):
+            for j in range(m):
+                pw[j] *= r2[j]
+        prev = N
+        st = sA[a, N]
+        fN = float(N)
+        sB = sBc[N, j0:]
+        for j in range(m):
+            o = order[j]
+            ok = pw[j] * st * sB[j] <= sc[j]
+            order[j] = fN if (o == -1.0) & ok else o
+        kmax = N
+        left = 0
+        for j in range(m):
+            left += order[j] == -1.0
+    return kmax, left
+
+
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _row_horner(A, a, Bc, j0, kmax, step, par, rho, r2, order, x, acc):
+    """The series of one row into ``acc``: Horner from order ``kmax`` down in rho^step (every
+    entry keeps only its terms up to its own order: a select, so the value depends on the pair
+    alone), times rho for odd terms in rho^2."""
+    m = rho.size
+    for j in range(m):
+        acc[j] = 0.0
+        x[j] = r2[j] if step == 2 else rho[j]
+    top = kmax - ((kmax - par) % step) if kmax >= 0 else -1
+    for k in range(top, -1, -step):
+        ak = A[a, k]
+        bk = Bc[k, j0:]
+        fk = float(k)
+        for j in range(m):
+            t = ak * bk[j] if fk <= order[j] else 0.0
+            acc[j] = acc[j] * x[j] + t
+    if step == 2 and par == 1:
+        for j in range(m):
+            acc[j] *= rho[j]
+
+
+@njit(cache=True, error_model="numpy", nogil=True, inline="always")
+def _row_store(acc, order, left, special, upper, i, j0, orow, srow, out, state):
+    """One row's results: the series' value where settled (the special entries keep theirs), the
+    state (0 settled, 1 not; the special entries keep theirs) and, for a symmetric matrix, the
+    mirror of the row into column ``i`` below the diagonal."""
+    m = acc.size
+    for j in range(m):
+        o = order[j]
+        orow[j] = acc[j] if o >= 0.0 else orow[j]
+    if left or special:
+        for j in range(m):
+            o = order[j]
+            if o >= 0.0:
+                srow[j] = 0
+            elif o == -1.0:
+                srow[j] = 1
+    else:
+        for j in range(m):
+            srow[j] = 0
+    if upper:
+        for j in range(1, m):
+            out[j0 + j, i] = orow[j]
+            state[j0 + j, i] = srow[j]
+
+
 @njit(cache=True, error_model="numpy", nogil=True)
 def _gram_rows(k1, k2, C, ia, ib, A, Bc, sA, sBc, eA, eBc, uA, ladder, tol, step, par, upper, same, out, state):
     """The series over a Gram matrix (the layout ``kernels`` uses: K1 a column, K2 a row, K12 (n1, n2)).
@@ -410,7 +542,11 @@ def _gram_rows(k1, k2, C, ia, ib, A, Bc, sA, sBc, eA, eBc, uA, ladder, tol, step
     ``ladder`` with |rho|^(N+1) sqrt(T_f(N) T_g(N)) <= tol sqrt(E f^2 E g^2) and N <= both usable
     orders, and sums its own terms up to N (a select, so that the value depends on the pair alone).
     ``state``: 0 done, 1 not settled (no N of the ladder), 2 identical arguments without a
-    one-point value here (f != g, or E f^2 not usable), 3 a non-finite variance (NaN)."""
+    one-point value here (f != g, or E f^2 not usable), 3 a non-finite variance (NaN).
+
+    Per row: :func:`_row_setup` (rho and the flags), :func:`_row_special` (the flagged entries),
+    :func:`_row_orders` (each entry's N), :func:`_row_horner` (the sum), :func:`_row_store`
+    (results, states, mirror)."""
     # per row, views that start at j0 and loops from 0 (a loop from a variable start is not
     # vectorised by numba: negative indices wrap around)
     n1 = k1.size
@@ -448,95 +584,15 @@ def _gram_rows(k1, k2, C, ia, ib, A, Bc, sA, sBc, eA, eBc, uA, ladder, tol, step
         flag = flag_[:m]
         ki = k1[i]
         ea = tol * eA[a]
-        # branch-free over the row (vectorised); the special entries are fixed below
-        for j in range(m):
-            c = crow[j]
-            d = np.sqrt(ki * kk[j])
-            r = c / d if d > 0.0 else 0.0
-            r = min(1.0, max(-1.0, r))
-            rho[j] = r
-            r2[j] = r * r
-            pw[j] = abs(r) * r * r          # |rho|^(N + 1) for N = ladder[0] = 2
-            sc[j] = ea * eb[j]
-            order[j] = -1.0
-            sp_ = (ibr[j] < 0) | (c - c != 0.0) | ((kk[j] == ki) & (c == ki))
-            flag[j] = 1.0 if sp_ else 0.0
-        special = 0
-        for j in range(m):
-            special += flag[j] != 0.0
+        # branch-free over the row (vectorised); the special entries are fixed next
+        special = _row_setup(crow, kk, ibr, eb, ki, ea, rho, r2, pw, sc, order, flag)
         if special:
-            for j in range(m):
-                if flag[j] == 0.0:
-                    continue
-                c = crow[j]
-                if ibr[j] < 0 or not np.isfinite(c):
-                    orow[j] = np.nan
-                    srow[j] = 3
-                elif same and uA[a] >= 0:
-                    # identical arguments: the one-point E[f^2] on the same rule, the series' value at rho = 1
-                    orow[j] = eA[a] * eA[a]
-                    srow[j] = 0
-                else:
-                    srow[j] = 2
-                order[j] = -2.0
-                sc[j] = -1.0
+            _row_special(crow, ibr, flag, eA[a], same and uA[a] >= 0, orow, srow, order, sc)
         # the smallest N per entry, level by level (vectorised over the row; stop when all are settled)
-        prev = ladder[0]
-        kmax = -1
-        left = m - special
-        for L in range(ladder.size):
-            if left == 0:
-                break
-            N = ladder[L]
-            if N > uA[a]:
-                break
-            for _ in range((N - prev) // 2):
-                for j in range(m):
-                    pw[j] *= r2[j]
-            prev = N
-            st = sA[a, N]
-            fN = float(N)
-            sB = sBc[N, j0:]
-            for j in range(m):
-                o = order[j]
-                ok = pw[j] * st * sB[j] <= sc[j]
-                order[j] = fN if (o == -1.0) & ok else o
-            kmax = N
-            left = 0
-            for j in range(m):
-                left += order[j] == -1.0
+        kmax, left = _row_orders(sA, a, uA[a], sBc, j0, ladder, m - special, pw, r2, sc, order)
         # Horner from the row's largest order down, in rho^step
-        for j in range(m):
-            acc[j] = 0.0
-            x[j] = r2[j] if step == 2 else rho[j]
-        top = kmax - ((kmax - par) % step) if kmax >= 0 else -1
-        for k in range(top, -1, -step):
-            ak = A[a, k]
-            bk = Bc[k, j0:]
-            fk = float(k)
-            for j in range(m):
-                t = ak * bk[j] if fk <= order[j] else 0.0
-                acc[j] = acc[j] * x[j] + t
-        if step == 2 and par == 1:
-            for j in range(m):
-                acc[j] *= rho[j]
-        for j in range(m):
-            o = order[j]
-            orow[j] = acc[j] if o >= 0.0 else orow[j]
-        if left or special:
-            for j in range(m):
-                o = order[j]
-                if o >= 0.0:
-                    srow[j] = 0
-                elif o == -1.0:
-                    srow[j] = 1
-        else:
-            for j in range(m):
-                srow[j] = 0
-        if upper:
-            for j in range(1, m):
-                out[j0 + j, i] = orow[j]
-                state[j0 + j, i] = srow[j]
+        _row_horner(A, a, Bc, j0, kmax, step, par, rho, r2, order, x, acc)
+        _row_store(acc, order, left, special, upper, i, j0, orow, srow, out, state)
     return 0
 
 
