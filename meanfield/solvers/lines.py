@@ -528,9 +528,10 @@ def critical_point(arch=None, K_max=1e8, **arch_kwargs) -> CriticalPoints:
 
     Each point lists every fixed point of the map there in [0, 1e10] (in
     [0, K_max] where the recursion cannot be evaluated up to 1e10, as for
-    sin(x)) with its basin (:func:`fixed_points`), so it says which inputs reach K* (at the GELU point (1.408, 0.416), K* =
-    (3 + sqrt 17)/2 attracts only from above; the unit input converges to a
-    second, stable fixed point below it).
+    sin(x)) with its basin (:func:`fixed_points`), so it says which inputs
+    reach K* (at the GELU point (1.408, 0.416), K* = (3 + sqrt 17)/2
+    attracts only from above; the unit input converges to a second, stable
+    fixed point below it).
     """
     arch, comp = prepare(arch, arch_kwargs)
     warn_if_approximate("critical_point", arch)
