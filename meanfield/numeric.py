@@ -567,24 +567,36 @@ class _IEEEMath:
 
     CPython's math raises where numba returns inf or NaN (exp overflow,
     log(0), sqrt(-1)); these wrappers return what numba returns. Normal
-    arguments go to the same libm functions, so the values are libm's.
+    arguments go to the same libm functions, so the values are libm's. Float
+    results come back as numpy scalars, so that the arithmetic after them
+    also follows numba's model (x / 0 is inf, 0 ** -1.5 is inf: with Python
+    floats ``1 / math.sqrt(K)`` at K = 0 raised ZeroDivisionError).
     """
 
     def __init__(self):
         import math
 
+        f64 = np.float64
+
+        def as_numpy(f):
+            def g(*args):
+                out = f(*args)
+                return f64(out) if type(out) is float else out
+            return g
+
         for k in dir(math):
             if not k.startswith("_"):
-                setattr(self, k, getattr(math, k))
+                v = getattr(math, k)
+                setattr(self, k, as_numpy(v) if callable(v) else v)
 
         def guard(f, on_overflow, on_domain):
             def g(x):
                 try:
-                    return f(x)
+                    return f64(f(x))
                 except OverflowError:
-                    return on_overflow(x)
+                    return f64(on_overflow(x))
                 except ValueError:
-                    return on_domain(x)
+                    return f64(on_domain(x))
             return g
 
         nan, inf = math.nan, math.inf

@@ -206,6 +206,33 @@ def test_ieee_math_matches_numbas_error_model():
     assert m.exp(0.5) == np.exp(0.5) or abs(m.exp(0.5) - np.exp(0.5)) <= 2e-16
 
 
+def test_ieee_math_arithmetic_after_a_call_follows_numbas_error_model():
+    """Float results are numpy scalars, so x / 0 after them is inf, not ZeroDivisionError (as hardtanh's
+    recursion did at K = 0 in the CPython engine: 1 / sqrt(K))."""
+    m = numeric._IEEE_MATH
+    with np.errstate(divide="ignore"):
+        assert 0.5 / m.sqrt(0.0) == np.inf and m.sqrt(0.0) ** -1.5 == np.inf
+        assert m.erf(0.5 * m.sqrt(2.0) / m.sqrt(0.0)) == 1.0
+    assert type(m.floor(2.5)) is int and m.pi == np.pi
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("act", ["elu", "selu", "hardtanh"])
+def test_kinked_closed_forms_agree_on_both_engines(monkeypatch, act):
+    """Their closed forms divide by sqrt(K): at K = 0 numba gives inf (and erf(inf) = 1), CPython used to
+    raise ZeroDivisionError in critical_point, critical_line, phase_diagram (and hardtanh's fixed_point)."""
+    sw, sb = np.array([0.7, 1.4, 2.6]), np.array([0.0, 0.3])
+    p, n = _both(monkeypatch, lambda: mf.phase_diagram(activation=act, sigma_w=sw, sigma_b=sb))
+    _close(p.chi_J, n.chi_J, rtol=1e-12)
+    p, n = _both(monkeypatch, lambda: mf.critical_line(activation=act, sigma_w=[1.2, 1.6]))
+    _close(p.sigma_b, n.sigma_b, rtol=1e-12)
+    p, n = _both(monkeypatch, lambda: mf.fixed_point(activation=act, sigma_w=1.3, sigma_b=0.2))
+    _close(p, n)
+    p, n = _both(monkeypatch, lambda: mf.critical_point(activation=act))
+    assert len(p) == len(n) >= 1
+    _close([q.K_star for q in p], [q.K_star for q in n], rtol=1e-9)
+
+
 def test_brentq_is_scipys():
     from scipy.optimize import brentq as scipy_brentq
 
