@@ -19,7 +19,10 @@ Over the n images and T tokens, four (nT) x (nT) matrices, index (x, t):
 * TA, TB: the NTK analogues (sum over parameters of the products of the
   gradients of z_c(x,t) and z_c(x',t'), resp. z_c'(x',t')).
 
-Per primitive (sw, sb the layer's scales; k, dk the activation's two-point
+Per primitive, each row the primitive's own ``gram_tokens(s, walk)`` (in
+:mod:`meanfield.layers`, on :class:`~meanfield.layers.state.TokenSignal`; this
+module walks the tree and supplies the compiled numerics, :class:`TokenWalk`)
+(sw, sb the layer's scales; k, dk the activation's two-point
 maps ``Activation.kernel``, ``Activation.derivative_kernel`` evaluated at the
 variances diag(A) of the two entries, through the compiled pair map of
 :mod:`meanfield.gram.pair_maps`; "own" is the Dense layer's own NTK term as for MLPs):
@@ -91,7 +94,7 @@ standard residual mu = 1; the leading correction is not computed. Numbers
 and the measurements behind them: docs/gram.md, "ResMLP and MLP-Mixer".
 
 Near-parallel pairs: when two tokens of the input are near (anti)parallel, the
-walk also carries the gap 1 - rho^2 of A's entries (``_State.G``), exactly, as
+walk also carries the gap 1 - rho^2 of A's entries (``TokenSignal.G``), exactly, as
 the MLP Gram matrices do: every ResMLP rule is a sum or a rescaling
 (``gap.sum_gap``; the token dense layer's mean folds its T pair states
 two at a time) or an activation's gap map. A channel LayerNorm keeps it only
@@ -107,9 +110,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._validate import check_choice
+from ..layers.state import TokenSignal
 from .pair_maps import _NEAR, _cached, _compile_layers, _full, _input_gap, _lambdify, _naive_gap, _values
 
-__all__ = ["token_kernels", "token_inputs", "token_state"]
+__all__ = ["token_kernels", "token_inputs", "token_state", "TokenWalk"]
 
 
 def token_inputs(name, x):
@@ -122,21 +126,6 @@ def token_inputs(name, x):
     if not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must contain finite numbers only")
     return a
-
-
-class _State:
-    """A, B, TA, TB over (x, t) pairs, stored as (n, T, n, T) arrays; G the gap 1 - rho^2 of A's entries
-    (None where it is not carried)."""
-
-    __slots__ = ("A", "B", "TA", "TB", "gaussian", "G")
-
-    def __init__(self, A, B, TA, TB, gaussian=True, G=None):
-        self.A, self.B, self.TA, self.TB, self.gaussian, self.G = A, B, TA, TB, gaussian, G
-
-    def map(self, f, gaussian=None):
-        # a rescaling of every entry (scale): the gap stays
-        return _State(*(None if M is None else f(M) for M in (self.A, self.B, self.TA, self.TB)),
-                      self.gaussian if gaussian is None else gaussian, self.G)
 
 
 def _sum_gap_fn():
@@ -159,7 +148,7 @@ _SUM_GAP = None
 
 def _pair_sum_gap(A, GA, B, GB):
     """The gap of the entries of A + B from those of A and B (both (n, T, n, T), variances on the diagonal)."""
-    dA, dB = _diag(A), _diag(B)
+    dA, dB = TokenSignal.diagonal(A), TokenSignal.diagonal(B)
     with np.errstate(all="ignore"):
         g = _sum_gap_fn()(dA[:, :, None, None], dA[None, None], A, GA, dB[:, :, None, None], dB[None, None], B, GB)
     return _settle(g, A + B)
@@ -177,169 +166,75 @@ def _settle(g, M):
     g = np.broadcast_to(g, M.shape).copy()
     bad = ~np.isfinite(g)
     if bad.any():
-        d = _diag(M)
+        d = TokenSignal.diagonal(M)
         with np.errstate(all="ignore"):
             r = np.clip(M / np.sqrt(d[:, :, None, None] * d[None, None]), -1.0, 1.0)
         g[bad] = ((1 - r) * (1 + r))[bad]
     return np.clip(g, 0.0, 1.0)
 
 
-def _diag(M):
-    """The diagonal M[(x,t),(x,t)], shape (n, T)."""
-    n, T = M.shape[:2]
-    return M.reshape(n * T, n * T).diagonal().reshape(n, T)
+class TokenWalk:
+    """What a primitive's ``gram_tokens(s, walk)`` rule uses besides its state: the tree's parameter
+    values, the NTK's conventions and the compiled numerics (gap sums, activation pair maps).
 
+    The rules themselves live with the primitives (``Dense.gram_tokens``, ``ActivationLayer.gram_tokens``,
+    ...); a primitive without one is refused by name.
+    """
 
-def _token_diag(m, T):
-    """I_T (x) m: the (n, n) matrix m on every token's diagonal block, shape (n, T, n, T)."""
-    n = m.shape[0]
-    out = np.zeros((n, T, n, T))
-    idx = np.arange(T)
-    out[:, idx, :, idx] = m[None, :, :]
-    return out
-
-
-def _token_mean(M):
-    """mean_t M[(x,t),(x',t)], shape (n, n)."""
-    return np.einsum("atbt->ab", M) / M.shape[1]
-
-
-class _Walk:
-    """The token tree applied to the state; activations through the compiled pair maps (``pair_maps``)."""
+    #: entries whose gap 1 - rho^2 is below this take their values from the activations' gap maps
+    near = _NEAR
 
     def __init__(self, vals, parameterization, want_ntk, sw, sb, width):
-        self.vals, self.param, self.ntk = vals, parameterization, want_ntk
+        self.vals, self.parameterization, self.ntk = vals, parameterization, want_ntk
         self.sw, self.sb, self.width = sw, sb, width
 
-    def _num(self, e):
+    def number(self, e) -> float:
+        """A node parameter's value (sigma_w, sigma_b of the call; mu, eps of the network)."""
         import sympy as sp
         from .. import symbols as S
 
         v = sp.sympify(e).subs(dict(self.vals)).subs({S.sigma_w: self.sw, S.sigma_b: self.sb})
         return float(v)
 
-    def walk(self, node, s: _State) -> _State:
-        from ..layers import (ActivationLayer, BatchNorm, Chain, Dense, LayerNorm, LayerNormPost, LayerNormPre,
-                              Residual, Scale, short)
+    @staticmethod
+    def sum_gap(A, GA, B, GB):
+        """The gap of the entries of A + B from those of A and B (:func:`meanfield.gap.sum_gap`)."""
+        return _pair_sum_gap(A, GA, B, GB)
 
-        if isinstance(node, Chain):
-            for p in node.layers:
-                s = self.walk(p, s)
-            return s
-        if isinstance(node, Residual):
-            out = self.walk(node.branch, s)
-            m2 = self._num(node.mu) ** 2
-            G = None
-            if out.G is not None and s.G is not None:
-                G = out.G if m2 == 0 else _pair_sum_gap(out.A, out.G, m2 * s.A, s.G)
-            return _State(out.A + m2 * s.A, out.B + m2 * s.B,
-                          None if s.TA is None else out.TA + m2 * s.TA,
-                          None if s.TB is None else out.TB + m2 * s.TB, gaussian=True, G=G)
-        if isinstance(node, Scale):
-            e2 = self._num(node.eps) ** 2
-            return s.map(lambda M: e2 * M)
-        if isinstance(node, Dense):
-            sw2, sb2 = self._num(node.sigma_w) ** 2, self._num(node.sigma_b) ** 2
-            if node.axis == "tokens":
-                return self._token_dense(s, sw2, sb2)
-            A = sw2 * s.A + sb2
-            TA = TB = None
-            if self.ntk:
-                own = A if self.param == "ntk" else self.width * s.A + 1.0
-                TA, TB = own + sw2 * s.TA, np.zeros_like(A)
-            return _State(A, np.zeros_like(A), TA, TB, gaussian=True, G=_bias_gap(sw2 * s.A, s.G, sb2))
-        if isinstance(node, ActivationLayer):
-            if not s.gaussian:
-                raise ValueError(f"{short(node)} needs a Gaussian preactivation as input; put a dense layer before it")
-            return self._activation(node, s)
-        if isinstance(node, (LayerNormPre, LayerNormPost, LayerNorm)):
-            if node.axis == "tokens":
-                raise ValueError(f"{short(node)}: a LayerNorm over the tokens has no Gram rule over images "
-                                 "(its divisor does not self-average at finite T)")
-            if isinstance(node, LayerNormPre) and not s.gaussian:
-                raise ValueError(f"{short(node)} needs a Gaussian preactivation as input")
-            # over the channels of each (image, token): the channel mean removes the common part B, the
-            # channel variance is diag(A - B) (C -> infinity)
-            v = _diag(s.A) - _diag(s.B)
-            r = np.sqrt(v)
-            d = r[:, :, None, None] * r[None, None, :, :]
-            Z = np.zeros_like(s.A)
-            # dividing keeps the gap; subtracting a nonzero B would cancel in it (not carried)
-            G = s.G if (s.G is not None and not np.any(s.B)) else None
-            return _State((s.A - s.B) / d, Z, None if s.TA is None else (s.TA - s.TB) / d,
-                          None if s.TA is None else Z.copy(), gaussian=s.gaussian, G=G)
-        if isinstance(node, BatchNorm):
-            raise ValueError("batch_norm() in a token block: Gram matrices over images are not implemented for it")
-        raise ValueError(f"{short(node)} has no Gram rule for token blocks (ResMLP / MLP-Mixer); rules exist for "
-                         "dense (any axis), act, layer_norm over the channels, scale and residual")
+    @staticmethod
+    def bias_gap(M, G, sb2):
+        """The gap of M + sb2 (a bias shared by both entries) from M's; None if G is."""
+        return _bias_gap(M, G, sb2)
 
-    def _token_gap(self, s, sw2, sb2):
-        """The gap of sw2 mean_t A_tt + sb2, (n, n): the token sum folded pair state by pair state."""
-        if s.G is None:
-            return None
-        T = s.A.shape[1]
-        f = _sum_gap_fn()
-        d = _diag(s.A)
-        S, S1, g = s.A[:, 0, :, 0], d[:, 0], s.G[:, 0, :, 0]
-        with np.errstate(all="ignore"):
-            for t in range(1, T):
-                M, M1 = s.A[:, t, :, t], d[:, t]
-                g = f(S1[:, None], S1[None, :], S, g, M1[:, None], M1[None, :], M, s.G[:, t, :, t])
-                S, S1 = S + M, S1 + M1
-        g = _settle(np.asarray(g)[:, None, :, None] + np.zeros((1, 1, 1, 1)), S[:, None, :, None])
-        g = g[:, 0, :, 0]
-        if sb2 == 0:
-            return g
-        M = (sw2 / T) * S
-        return _bias_gap(M[:, None, :, None], g[:, None, :, None], sb2)[:, 0, :, 0]
+    @staticmethod
+    def settle(g, M):
+        """Gaps ``g`` with the entries the exact rule left unfinite taken from the rounded M, clipped to [0, 1]."""
+        return _settle(g, M)
 
-    def _token_dense(self, s, sw2, sb2):
-        T = s.A.shape[1]
-        g = self._token_gap(s, sw2, sb2)
-        G = None if g is None else _token_diag(g, T) + (1.0 - _token_diag(np.ones_like(g), T))
-        mA, mB = _token_mean(s.A), _token_mean(s.B)
-        A, B = _token_diag(sw2 * mA + sb2, T), _token_diag(sw2 * mB + sb2, T)
-        TA = TB = None
-        if self.ntk:
-            # own terms: d a_c(x,s) / d W_st = sw v_c(x,t)/sqrt(T) ('ntk'), / d b_s = sb (shared by the channels)
-            if self.param == "ntk":
-                oA, oB = sw2 * mA + sb2, sw2 * mB + sb2
-            else:  # W, b trained directly: fan-in T
-                oA, oB = T * mA + 1.0, T * mB + 1.0
-            TA = _token_diag(oA + sw2 * _token_mean(s.TA), T)
-            TB = _token_diag(oB + sw2 * _token_mean(s.TB), T)
-        return _State(A, B, TA, TB, gaussian=True, G=G)
+    @staticmethod
+    def gap_of_sum(*args):
+        """:func:`meanfield.gap.sum_gap` compiled, elementwise: (A1, A2, A12, gap_A, B1, B2, B12, gap_B)."""
+        return _sum_gap_fn()(*args)
 
-    def _activation(self, node, s):
-        # the activation's pair map (K1, K2, K12, Theta12) -> (E[phi phi], E[phi' phi'] Theta12), compiled from
-        # its gram rule: Activation.kernel / derivative_kernel, the same code as the MLP Gram matrices
-        f = _cached(_compile_layers, (node,), (), self.param, True)
-        dA = _diag(s.A)
-        K1, K2 = dA[:, :, None, None], dA[None, None, :, :]
-        shape = s.A.shape
+    def activation_maps(self, node):
+        """The activation's pair map (K1, K2, K12, Theta12) -> (E[phi phi'], E[phi' phi'] Theta12) and, where it
+        carries one, its gap map (K1, K2, K12, Theta12, gap) -> (the same, gap'), both compiled from its
+        ``gram`` rule and returning full arrays (the Theta part None when Theta12 is None)."""
+        f = _cached(_compile_layers, (node,), (), self.parameterization, True)
+        fg = _cached(_compile_layers, (node,), (), self.parameterization, True, False, True)
         one = np.ones(())
 
-        def pair(C, Tm):
+        def pair(K1, K2, C, Tm):
+            shape = C.shape
             out = f(K1, K2, C, one if Tm is None else Tm, 0.0, 0.0, 1.0)
             return _full(out[0], shape), (None if Tm is None else _full(out[1], shape))
 
-        A, TA = pair(s.A, s.TA)
-        B, TB = pair(s.B, s.TB)
-        G = None
-        if s.G is not None:
-            # the activation's gap map (the MLP Gram matrices' ``Activation.kernel_gap``); the near-(anti)parallel
-            # entries take their values from it, with K12 from the gap as in meanfield.gram
-            fg = _cached(_compile_layers, (node,), (), self.param, True, False, True)
-            if fg.carries_gap:
-                near = s.G < _NEAR
-                with np.errstate(all="ignore"):
-                    C = np.where(near, np.copysign(np.sqrt(K1 * K2 * (1 - s.G)), s.A), s.A)
-                    out = fg(K1, K2, C, one if s.TA is None else s.TA, s.G, 0.0, 0.0, 1.0)
-                A = np.where(near, _full(out[0], shape), A)
-                if TA is not None:
-                    TA = np.where(near, _full(out[1], shape), TA)
-                G = _settle(_full(out[-1], shape), A)
-        return _State(A, B, TA, TB, gaussian=False, G=G)
+        def with_gap(K1, K2, C, Tm, G):
+            shape = C.shape
+            out = fg(K1, K2, C, one if Tm is None else Tm, G, 0.0, 0.0, 1.0)
+            return _full(out[0], shape), (None if Tm is None else _full(out[1], shape)), _full(out[-1], shape)
+
+        return pair, (with_gap if fg.carries_gap else None)
 
 
 def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False):
@@ -349,13 +244,13 @@ def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=Fa
     A = sw**2 * dots / d + sb**2
     Z = np.zeros_like(A)
     TA = (A.copy() if parameterization == "ntk" else dots + 1.0) if want_ntk else None
-    s = _State(A, Z, TA, Z.copy() if want_ntk else None, G=_initial_gap(x, dots, sw, sb))
-    walk = _Walk(_values(spec), parameterization, want_ntk, sw, sb, width)
+    s = TokenSignal(A, Z, TA, Z.copy() if want_ntk else None, G=_initial_gap(x, dots, sw, sb))
+    walk = TokenWalk(_values(spec), parameterization, want_ntk, sw, sb, width)
     block = spec.block_spec()
     diag = [np.diag(_pooled(s.A)).copy()] if per_layer else None
     with np.errstate(all="ignore"):
         for _ in range(depth - 1):
-            s = walk.walk(block, s)
+            s = block.gram_tokens(s, walk)
             if per_layer:
                 diag.append(np.diag(_pooled(s.A)).copy())
     return s, diag

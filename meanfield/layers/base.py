@@ -10,6 +10,8 @@ module of :mod:`meanfield.layers`, every rule about it:
 ``chi_delta(s)``       its part of chi_Delta (activations only)
 ``gram(g)``            the map of two inputs of any norms with the NTK
                        (:class:`~.state.GramSignal`; :mod:`meanfield.gram`)
+``gram_tokens(s, w)``  the map of a batch of images over their tokens
+                       (:class:`~.state.TokenSignal`; :mod:`meanfield.gram.tokens`)
 ``short(num)``         the composition call that builds it (its repr and the
                        node names in error messages)
 ``to_json()``,         its JSON form (generic from the dataclass fields unless
@@ -137,6 +139,13 @@ class Primitive:
     def gram(self, g):
         """The map of the two-input state with the NTK (:class:`~.state.GramSignal`); see :mod:`meanfield.gram`."""
         raise ValueError(f"{short(self)} has no Gram-matrix rule (two inputs of any norms)")
+
+    def gram_tokens(self, s, walk):
+        """The map of the token state over images (:class:`~.state.TokenSignal`; :mod:`meanfield.gram.tokens`),
+        with ``walk`` the :class:`meanfield.gram.tokens.TokenWalk` that supplies parameter values and
+        compiled numerics."""
+        raise ValueError(f"{short(self)} has no Gram rule for token blocks (ResMLP / MLP-Mixer); rules exist for "
+                         "dense (any axis), act, layer_norm over the channels, scale and residual")
 
     def children(self) -> tuple:
         """The primitives this one contains, in order (none for a leaf)."""

@@ -8,7 +8,7 @@ in zero-mean weights.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Tuple
 
 import sympy as sp
@@ -61,6 +61,11 @@ class Chain(Primitive):
         for p in self.layers:
             g = p.gram(g)
         return g
+
+    def gram_tokens(self, s, walk):
+        for p in self.layers:
+            s = p.gram_tokens(s, walk)
+        return s
 
     def chi_delta(self, s):
         # chi_Delta replaces, one activation at a time, its E[phi'^2] factor by
@@ -142,6 +147,16 @@ class Residual(Primitive):
         if out.gap is not None and g.gap is not None:
             gap = sum_gap(out.K1, out.K2, out.rho, out.gap, m2 * g.K1, m2 * g.K2, g.rho, g.gap)
         return g.to(out.K1 + m2 * g.K1, out.K2 + m2 * g.K2, out.K12 + m2 * g.K12, out.T12 + m2 * g.T12, gap=gap)
+
+    def gram_tokens(self, s, walk):
+        """Over (image, token) pairs: branch + mu^2 skip in A, B, TA, TB (no cross terms, as in :meth:`combine`)."""
+        out = self.branch.gram_tokens(s, walk)
+        m2 = walk.number(self.mu) ** 2
+        G = None
+        if out.G is not None and s.G is not None:
+            G = out.G if m2 == 0 else walk.sum_gap(out.A, out.G, m2 * s.A, s.G)
+        return replace(s, A=out.A + m2 * s.A, B=out.B + m2 * s.B, TA=None if s.TA is None else out.TA + m2 * s.TA,
+                       TB=None if s.TB is None else out.TB + m2 * s.TB, gaussian=True, G=G)
 
     def children(self):
         return (self.branch,)

@@ -9,8 +9,9 @@ appendix D).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
 import sympy as sp
 
 from .. import symbols as S
@@ -49,6 +50,29 @@ class ActivationLayer(Primitive):
         return g.to(phi.second_moment(g.K1), phi.second_moment(g.K2), phi.kernel(g.K1, g.K2, g.K12, gap=g.gap),
                     phi.derivative_kernel(g.K1, g.K2, g.K12, gap=g.gap) * g.T12, phi.mean(g.K1), phi.mean(g.K2),
                     gaussian=False, gap=gap, centred=phi.centred_kernel(g.K1, g.K2, g.K12))
+
+    def gram_tokens(self, s, walk):
+        """Over (image, token) pairs (:mod:`meanfield.gram.tokens`; ``s`` a :class:`~.state.TokenSignal`):
+        A -> k(A), B -> k(B), TA -> dk(A) TA, TB -> dk(B) TB, with k, dk the two-point maps of :meth:`gram`
+        at the variances diag(A) of the two entries; near-(anti)parallel entries of A (gap below
+        ``walk.near``) from the gap map, with K12 from the gap as in :mod:`meanfield.gram`."""
+        require_gaussian(self, s)
+        pair, with_gap = walk.activation_maps(self)
+        d = s.variances
+        K1, K2 = d[:, :, None, None], d[None, None, :, :]
+        A, TA = pair(K1, K2, s.A, s.TA)
+        B, TB = pair(K1, K2, s.B, s.TB)
+        G = None
+        if s.G is not None and with_gap is not None:
+            near = s.G < walk.near
+            with np.errstate(all="ignore"):
+                C = np.where(near, np.copysign(np.sqrt(K1 * K2 * (1 - s.G)), s.A), s.A)
+                A_gap, TA_gap, G_gap = with_gap(K1, K2, C, s.TA, s.G)
+            A = np.where(near, A_gap, A)
+            if TA is not None:
+                TA = np.where(near, TA_gap, TA)
+            G = walk.settle(G_gap, A)
+        return replace(s, A=A, B=B, TA=TA, TB=TB, gaussian=False, G=G)
 
     @classmethod
     def from_torch_module(cls, module, value, where):
@@ -122,6 +146,10 @@ class Scale(Primitive):
         cen = None if g.centred is None else tuple(e2 * c for c in g.centred)
         return g.to(e2 * g.K1, e2 * g.K2, e2 * g.K12, e2 * g.T12, self.eps * g.m1, self.eps * g.m2, g.gaussian,
                     g.gap, cen)
+
+    def gram_tokens(self, s, walk):
+        """Over (image, token) pairs (:mod:`meanfield.gram.tokens`): every second moment times eps^2."""
+        return s.scaled(walk.number(self.eps) ** 2)
 
     def short(self, num=format_number):
         return "scale()" if self.eps == S.eps else f"scale({num(self.eps)})"

@@ -8,8 +8,9 @@ initialisation of a Monte-Carlo pass at once (:mod:`meanfield.torch.context`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
 import sympy as sp
 
 from .. import symbols as S
@@ -64,6 +65,26 @@ class Dense(Primitive):
         # the bias is one number for both inputs: correlation 1, gap 0
         gap = None if g.gap is None else sum_gap(sw2 * g.K1, sw2 * g.K2, g.rho, g.gap, sb2, sb2, 1, 0)
         return g.to(sw2 * g.K1 + sb2, sw2 * g.K2 + sb2, K12, own + sw2 * g.T12, gap=gap)
+
+    def gram_tokens(self, s, walk):
+        """Over (image, token) pairs (:mod:`meanfield.gram.tokens`; ``s`` a
+        :class:`~.state.TokenSignal`). Along the channels (or features) of each
+        token, independent rows and biases: A -> sw^2 A + sb^2, B -> 0,
+        TA -> own + sw^2 TA, TB -> 0. Along the tokens, fresh weights shared by
+        the channels: every token gets the token mean of its input,
+        A -> I_T (x) (sw^2 mean_t A_tt + sb^2), and B, TA, TB alike (the bias is
+        shared by the channels, so B gets sb^2). own: the layer's own NTK term,
+        sw^2 E[z z'] + sb^2 ('ntk') or fan-in E[z z'] + 1 ('standard')."""
+        sw2, sb2 = walk.number(self.sigma_w) ** 2, walk.number(self.sigma_b) ** 2
+        if self.axis == "tokens":
+            return _token_dense(s, walk, sw2, sb2)
+        A = sw2 * s.A + sb2
+        TA = TB = None
+        if walk.ntk:
+            own = A if walk.parameterization == "ntk" else walk.width * s.A + 1.0
+            TA, TB = own + sw2 * s.TA, np.zeros_like(A)
+        return replace(s, A=A, B=np.zeros_like(A), TA=TA, TB=TB, gaussian=True,
+                       G=walk.bias_gap(sw2 * s.A, s.G, sb2))
 
     @classmethod
     def from_torch_module(cls, module, value, where):
@@ -120,6 +141,59 @@ class Dense(Primitive):
         y = y.mul_(scale) if y.shape[1] == scale.shape[1] else y * scale
         y[:, :, 0] += sb.view(1, -1, 1, 1, 1) * g
         return y
+
+
+def _token_mean(M):
+    """mean_t M[x, t, x', t], shape (n, n)."""
+    return np.einsum("atbt->ab", M) / M.shape[1]
+
+
+def _token_diagonal(m, T):
+    """I_T (x) m: the (n, n) matrix m on every token's diagonal block, shape (n, T, n, T)."""
+    n = m.shape[0]
+    out = np.zeros((n, T, n, T))
+    idx = np.arange(T)
+    out[:, idx, :, idx] = m[None, :, :]
+    return out
+
+
+def _token_gap(s, walk, sw2, sb2):
+    """The gap of sw2 mean_t A_tt + sb2, (n, n): the token sum folded pair state by pair state."""
+    if s.G is None:
+        return None
+    T = s.A.shape[1]
+    d = s.variances
+    S, S1, g = s.A[:, 0, :, 0], d[:, 0], s.G[:, 0, :, 0]
+    with np.errstate(all="ignore"):
+        for t in range(1, T):
+            M, M1 = s.A[:, t, :, t], d[:, t]
+            g = walk.gap_of_sum(S1[:, None], S1[None, :], S, g, M1[:, None], M1[None, :], M, s.G[:, t, :, t])
+            S, S1 = S + M, S1 + M1
+    g = walk.settle(np.asarray(g)[:, None, :, None] + np.zeros((1, 1, 1, 1)), S[:, None, :, None])
+    g = g[:, 0, :, 0]
+    if sb2 == 0:
+        return g
+    M = (sw2 / T) * S
+    return walk.bias_gap(M[:, None, :, None], g[:, None, :, None], sb2)[:, 0, :, 0]
+
+
+def _token_dense(s, walk, sw2, sb2):
+    """:meth:`Dense.gram_tokens` along the tokens."""
+    T = s.A.shape[1]
+    g = _token_gap(s, walk, sw2, sb2)
+    G = None if g is None else _token_diagonal(g, T) + (1.0 - _token_diagonal(np.ones_like(g), T))
+    mA, mB = _token_mean(s.A), _token_mean(s.B)
+    A, B = _token_diagonal(sw2 * mA + sb2, T), _token_diagonal(sw2 * mB + sb2, T)
+    TA = TB = None
+    if walk.ntk:
+        # own terms: d a_c(x,s) / d W_st = sw v_c(x,t)/sqrt(T) ('ntk'), / d b_s = sb (shared by the channels)
+        if walk.parameterization == "ntk":
+            oA, oB = sw2 * mA + sb2, sw2 * mB + sb2
+        else:  # W, b trained directly: fan-in T
+            oA, oB = T * mA + 1.0, T * mB + 1.0
+        TA = _token_diagonal(oA + sw2 * _token_mean(s.TA), T)
+        TB = _token_diagonal(oB + sw2 * _token_mean(s.TB), T)
+    return replace(s, A=A, B=B, TA=TA, TB=TB, gaussian=True, G=G)
 
 
 def dense(sigma_w=None, sigma_b=None, axis: str = "features") -> Dense:

@@ -9,7 +9,7 @@ rank-one terms of the Jacobians drop out of the APJN.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import sympy as sp
@@ -57,6 +57,23 @@ def _features_only(norm):
         raise ValueError(f"{short(norm)}: Gram matrices over inputs are for normalisations over the features only")
 
 
+def _channel_norm_tokens(norm, s):
+    """A LayerNorm over the channels of each (image, token) on a :class:`~.state.TokenSignal`
+    (:mod:`meanfield.gram.tokens`): the channel mean removes the part B common to the channels and the
+    channel variance is diag(A - B) (C -> infinity), so A -> (A - B) / sqrt(v v'), B -> 0, and the
+    NTK alike."""
+    if norm.axis == "tokens":
+        raise ValueError(f"{short(norm)}: a LayerNorm over the tokens has no Gram rule over images "
+                         "(its divisor does not self-average at finite T)")
+    r = np.sqrt(s.variances - s.diagonal(s.B))
+    d = r[:, :, None, None] * r[None, None, :, :]
+    Z = np.zeros_like(s.A)
+    # dividing keeps the gap; subtracting a nonzero B would cancel in it (not carried)
+    G = s.G if (s.G is not None and not np.any(s.B)) else None
+    return replace(s, A=(s.A - s.B) / d, B=Z, TA=None if s.TA is None else (s.TA - s.TB) / d,
+                   TB=None if s.TA is None else Z.copy(), G=G)
+
+
 @dataclass(frozen=True, repr=False)
 class LayerNormPre(Primitive):
     """LayerNorm on preactivations, h -> h / sqrt(K) at infinite width (eq. 19).
@@ -82,6 +99,12 @@ class LayerNormPre(Primitive):
         if not g.gaussian:
             raise ValueError(f"{short(self)} needs a Gaussian preactivation as input; put a dense layer before it")
         return g.normalised(g.K1, g.K2, centre=True)
+
+    def gram_tokens(self, s, walk):
+        """Over (image, token) pairs: the channel LayerNorm of :func:`_channel_norm_tokens`."""
+        if self.axis != "tokens" and not s.gaussian:
+            raise ValueError(f"{short(self)} needs a Gaussian preactivation as input")
+        return _channel_norm_tokens(self, s)
 
     def short(self, num=format_number):
         return _layer_norm_call('pre', self.axis)
@@ -119,6 +142,9 @@ class BatchNorm(Primitive):
     def gram(self, g):
         raise ValueError("batch_norm() couples the inputs of a batch: its kernel is not a map of one pair "
                          "(K1, K2, K12); meanfield.kernels applies BatchNorm.gram_batch to the whole batch")
+
+    def gram_tokens(self, s, walk):
+        raise ValueError("batch_norm() in a token block: Gram matrices over images are not implemented for it")
 
     @staticmethod
     def gram_batch(K, T=None):
@@ -211,6 +237,11 @@ class LayerNorm(Primitive):
         _features_only(self)
         v1, v2, _ = g.centred_moments()
         return g.normalised(v1, v2, centre=True)
+
+    def gram_tokens(self, s, walk):
+        """Over (image, token) pairs: the channel LayerNorm of :func:`_channel_norm_tokens` (pre or post:
+        the channel mean is subtracted either way)."""
+        return _channel_norm_tokens(self, s)
 
     @classmethod
     def from_torch_module(cls, module, value, where):

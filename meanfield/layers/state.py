@@ -1,20 +1,24 @@
-"""The infinite-width state a primitive maps: one input and a pair (:class:`Signal`), or two
-inputs of any norms with the neural tangent kernel (:class:`GramSignal`).
+"""The infinite-width state a primitive maps: one input and a pair (:class:`Signal`), two
+inputs of any norms with the neural tangent kernel (:class:`GramSignal`), or the images of a
+batch over their tokens (:class:`TokenSignal`).
 
-Shapes: every field is a sympy expression (the symbolic walk derives the
-recursions from them); the Gram-matrix code substitutes whole (n1, n2) float64
-arrays for the symbols K1, K2, K12, T12 and the gap.
+Shapes: the fields of :class:`Signal` and :class:`GramSignal` are sympy
+expressions (the symbolic walk derives the recursions from them; the
+Gram-matrix code substitutes whole (n1, n2) float64 arrays for the symbols K1,
+K2, K12, T12 and the gap); those of :class:`TokenSignal` are float64 arrays of
+shape (n, T, n, T).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import sympy as sp
 
 from .. import symbols as S
 from ..gap import one_minus
 
-__all__ = ["Signal", "GramSignal"]
+__all__ = ["Signal", "GramSignal", "TokenSignal"]
 
 
 @dataclass(frozen=True)
@@ -139,3 +143,44 @@ class GramSignal:
             cen = (V1 / v1, V2 / v2, C12 / d)
         return self.to((self.K1 - c * self.m1**2) / v1, (self.K2 - c * self.m2**2) / v2, K12, self.T12 / d,
                        m1, m2, self.gaussian, gap, cen)
+
+
+@dataclass(frozen=True)
+class TokenSignal:
+    """Infinite-channel state of a token block over the images of a batch (:mod:`meanfield.gram.tokens`).
+
+    Index (x, t): image x, token t; every array has shape (n, T, n, T), float64.
+    A[x, t, x', t'] = E[z_c(x, t) z_c(x', t')] for one channel c; B the same
+    for two channels c != c' (the part common to all channels, which
+    token-mixing weights and biases, shared by the channels, create and a
+    channel LayerNorm removes); TA, TB the NTK analogues (None when the NTK is
+    not asked for); G the gap 1 - rho^2 of A's entries, carried exactly where
+    tokens are near (anti)parallel (None elsewhere); gaussian : True for
+    preactivations. Each primitive maps it with ``gram_tokens(s, walk)``.
+
+    The tokens are the positions of an input: a ResMLP's or Mixer's patches
+    here, and the pixels of an image under a convolution are the same axis.
+    """
+
+    A: np.ndarray
+    B: np.ndarray
+    TA: np.ndarray | None = None
+    TB: np.ndarray | None = None
+    gaussian: bool = True
+    G: np.ndarray | None = None
+
+    @staticmethod
+    def diagonal(M) -> np.ndarray:
+        """The entries M[x, t, x, t] of an (n, T, n, T) array, shape (n, T)."""
+        n, T = M.shape[:2]
+        return M.reshape(n * T, n * T).diagonal().reshape(n, T)
+
+    @property
+    def variances(self) -> np.ndarray:
+        """E[z_c(x, t)^2], shape (n, T)."""
+        return self.diagonal(self.A)
+
+    def scaled(self, c: float) -> "TokenSignal":
+        """Every second moment times ``c`` (a rescaling: the gap stays)."""
+        return replace(self, **{k: None if M is None else c * M
+                                for k, M in (("A", self.A), ("B", self.B), ("TA", self.TA), ("TB", self.TB))})
