@@ -55,7 +55,7 @@ from .layers import (ActivationLayer, BatchNorm, Chain, Dense, GramSignal, Layer
                      Primitive, Residual, RMSNorm, Scale, Signal, act, batch_norm, dense, layer_norm, mixer,
                      mixer_block, mlp, mlp_block, resmlp, resmlp_block, residual, rms_norm, scale, serial, short,
                      tree_from_json, tree_to_json)
-from .layers.base import format_exact
+from .layers.base import NoScalarRecursion, format_exact
 
 __all__ = [
     "Signal",
@@ -139,8 +139,9 @@ class TreeSpec:
 
     @property
     def has_tokens(self) -> bool:
-        """True when a layer acts along tokens (ResMLP, Mixer): inputs carry a token axis."""
-        return any(getattr(p, "axis", None) in ("tokens", "channels") for p in self.nodes())
+        """True when a layer acts along tokens or positions (ResMLP, Mixer, a convolution): inputs carry a
+        token axis, (n, T, d)."""
+        return any(getattr(p, "axis", None) in ("tokens", "channels", "positions") for p in self.nodes())
 
     @property
     def normalises(self) -> bool:
@@ -243,6 +244,9 @@ def _check_tree(node, s: Signal, path: str) -> Signal:
         _check_tree(node.branch, s, f"{path}.branch")
     try:
         return node.forward(s)
+    except NoScalarRecursion:
+        # valid, with no single-input recursion (the solvers refuse it): what follows sees a Gaussian
+        return s.to(S.K, S.K12)
     except ValueError as err:
         raise ValueError(f"invalid tree at {path} = {short(node)}: {err}") from None
 

@@ -126,7 +126,7 @@ def test_bare_tree_and_list_accepted():
      "rms_norm()"),
     (lambda: mf.dense(axis="rows"), "axis='rows'"),
     (lambda: mf.Network(mf.serial(mf.act("relu"), mf.dense()), mu=2.0), "mu must be"),
-    (lambda: mf.from_json({"tree": [{"type": "Conv"}]}), "unknown node type 'Conv'"),
+    (lambda: mf.from_json({"tree": [{"type": "Pool"}]}), "unknown node type 'Pool'"),
 ])
 def test_invalid_trees_name_the_node(build, needle):
     with pytest.raises(ValueError, match=None) as err:

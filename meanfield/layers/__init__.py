@@ -4,9 +4,11 @@
 module                 primitives
 =====================  ==========================================================
 ``state``              the states they map: :class:`Signal` (one input and a
-                       pair), :class:`GramSignal` (two inputs of any norms, NTK)
+                       pair), :class:`GramSignal` (two inputs of any norms, NTK),
+                       :class:`TokenSignal` (a batch over its tokens/positions)
 ``base``               the :class:`Primitive` interface and shared helpers
 ``linear``             :class:`Dense` (``dense``)
+``conv``               :class:`Conv` (``conv``): along the positions of an input
 ``elementwise``        :class:`ActivationLayer` (``act``), :class:`Scale` (``scale``)
 ``norms``              LayerNorm pre/post (``layer_norm``), :class:`GroupNorm`,
                        :class:`RMSNorm`, :class:`BatchNorm`
@@ -22,16 +24,17 @@ docs/architecture.md, "Adding a primitive".
 from .base import AXES, Primitive, short
 from .blocks import mixer, mixer_block, mlp, mlp_block, resmlp, resmlp_block
 from .combinators import Chain, Residual, residual, serial
+from .conv import Conv, conv
 from .elementwise import ActivationLayer, Scale, act, scale
 from .linear import Dense, dense
 from .norms import (BatchNorm, GroupNorm, LayerNorm, LayerNormPost, LayerNormPre, RMSNorm, batch_norm, group_norm,
                     layer_norm, rms_norm)
-from .state import GramSignal, Signal
+from .state import GramSignal, Signal, TokenSignal
 from .trees import primitive_classes, tree_from_json, tree_to_json
 
 __all__ = [
-    "AXES", "Primitive", "short", "Signal", "GramSignal",
-    "Dense", "dense", "ActivationLayer", "act", "Scale", "scale",
+    "AXES", "Primitive", "short", "Signal", "GramSignal", "TokenSignal",
+    "Dense", "dense", "Conv", "conv", "ActivationLayer", "act", "Scale", "scale",
     "LayerNormPre", "LayerNorm", "LayerNormPost", "GroupNorm", "RMSNorm", "BatchNorm", "layer_norm", "group_norm",
     "rms_norm", "batch_norm",
     "Chain", "Residual", "serial", "residual",

@@ -33,7 +33,7 @@ import sympy as sp
 from .. import symbols as S
 from .._validate import is_number
 
-__all__ = ["Primitive", "AXES", "short", "format_number", "format_exact", "parameter", "json_value",
+__all__ = ["Primitive", "NoScalarRecursion", "AXES", "short", "format_number", "format_exact", "parameter", "json_value",
            "value_from_json", "require_gaussian"]
 
 #: what a layer mixes or normalises along: the features of an MLP, the tokens (token mixing) or the
@@ -112,6 +112,11 @@ def value_from_json(name, v):
     return parameter(name, v, None)
 
 
+class NoScalarRecursion(ValueError):
+    """A node that is valid in a tree but has no single-input recursion (its statistics differ across the
+    positions of an input): the solvers refuse it with this error; :func:`meanfield.kernels` maps it."""
+
+
 class Primitive:
     """A layer of the calculus: a state map and an APJN factor (see the module docstring).
 
@@ -121,6 +126,8 @@ class Primitive:
     """
 
     elementwise = False  # needs a Dense layer after it for chi to factorise
+    #: fresh zero-mean weights (Dense, Conv): what must follow an element-wise node and end a residual branch
+    fresh_weights = False
     #: whether its output is a Gaussian preactivation (None: as its input), for readers of torch graphs
     output_gaussian = None
     #: the torch modules :meth:`from_torch_module` reads, for messages ("" if none)

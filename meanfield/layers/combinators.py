@@ -18,7 +18,6 @@ from .._validate import check_real
 from ..gap import sum_gap
 from .base import Primitive, format_number, json_value, parameter, short, value_from_json
 from .elementwise import Scale
-from .linear import Dense
 from .state import GramSignal
 
 __all__ = ["Chain", "Residual", "serial", "residual"]
@@ -38,7 +37,7 @@ class Chain(Primitive):
         for i, p in enumerate(flat):
             if not isinstance(p, Primitive):
                 raise ValueError(f"layer {i} of a Chain is {p!r}, not a primitive (dense(), act(...), ...)")
-            if p.elementwise and not any(isinstance(q, Dense) for q in flat[i + 1:]):
+            if p.elementwise and not any(q.fresh_weights for q in flat[i + 1:]):
                 raise ValueError(
                     f"{short(p)} at position {i} of serial({', '.join(short(q) for q in flat)}) is not followed "
                     "by a dense layer in its block; the APJN only factorises when fresh weights follow "
@@ -116,7 +115,8 @@ class Residual(Primitive):
         # the skip's cross terms E[branch(h) h] vanish only when the branch ends in
         # fresh zero-mean weights (a Scale after them keeps the mean zero)
         tail = [p for p in branch.layers if not isinstance(p, Scale)]
-        if not tail or not isinstance(branch.layers[-1], (Dense, Scale)) or not isinstance(tail[-1], Dense):
+        if not tail or not (branch.layers[-1].fresh_weights or isinstance(branch.layers[-1], Scale)) \
+                or not tail[-1].fresh_weights:
             last = branch.layers[-1] if branch.layers else None
             raise ValueError(f"Residual(mu={self.mu}): its branch ends in {short(last)}, not in zero-mean weights; "
                              "end the branch with a dense layer (optionally followed by a scale), so that "

@@ -38,6 +38,7 @@ class Dense(Primitive):
     sigma_b: sp.Expr = S.sigma_b
     axis: str = "features"
     output_gaussian = True
+    fresh_weights = True
     torch_modules_read = "nn.Linear"
 
     def __post_init__(self):

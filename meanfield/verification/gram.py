@@ -29,13 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import sympy as sp
 import torch
 
 from .. import symbols as S
 from .._serialize import Result
 from .._validate import check_choice, check_int, check_real
-from ..calculus import Dense, as_architecture
+from ..calculus import as_architecture
 from ._batched import _seed_for, resolve_device
 from ..torch.networks import Context, input_layer, realise
 
@@ -149,7 +148,7 @@ def _check_empirical_args(spec, parameterization, get, depth, width, n_init, n_o
         if sw == 0 or sb == 0:
             raise ValueError("the standard parameterisation's empirical NTK is read off the NTK one by "
                              "rescaling gradients: it needs sigma_w > 0 and sigma_b > 0")
-        if any(isinstance(p, Dense) and (p.sigma_w != S.sigma_w or p.sigma_b != S.sigma_b) for p in spec.nodes()):
+        if any(p.fresh_weights and (p.sigma_w != S.sigma_w or p.sigma_b != S.sigma_b) for p in spec.nodes()):
             raise ValueError("the standard parameterisation's empirical NTK needs every dense() at the "
                              "symbols sigma_w, sigma_b (no numbers fixed in the tree)")
     return get, depth, width, n_init, n_outputs, sw, sb

@@ -1,0 +1,201 @@
+r"""Convolutions at infinite channels: a 1-D convolution along the positions of an input.
+
+A convolution with C input channels, kernel size k and dilation d maps the
+channels z_{c', q} at positions q to
+
+    h_{c, p} = sum_{c', j} W_{c c' j} z_{c', p + d (j - o)} + b_c,
+    W ~ N(0, sigma_w^2 / (k C)),  b ~ N(0, sigma_b^2),
+
+with o = (k - 1) / 2 for padding 'same' (zeros beyond the edges, torch's
+``padding='same'``) and 'circular' (the positions wrap around), and o = 0
+with only the positions that fit for 'valid' (T - d (k - 1) outputs). The
+fan-in k C counts every tap, padded or not, as torch and neural-tangents'
+``stax.Conv`` do.
+
+At infinite channels (Novak et al. 2019, "Bayesian deep convolutional
+networks with many channels are Gaussian processes", eqs. 5-7; Garriga-Alonso
+et al. 2019) the preactivations are jointly Gaussian over inputs x and
+positions p, and the covariance of one channel maps as a patch mean,
+
+    A'[(x, p), (x', p')] = sigma_w^2 / k sum_j A[(x, p + d(j - o)), (x', p' + d(j - o))] + sigma_b^2,
+
+with the zero-padded entries 0 and the circular ones wrapped; two different
+output channels have independent weights and biases, so their covariance
+B' is 0. The NTK maps alike (Arora et al. 2019, eq. 7 for CNTK):
+Theta' = own + sigma_w^2 / k sum_j Theta[shifted], own = A' ('ntk') or
+k C (1/k sum_j A[shifted]) + 1 ('standard', W and b trained directly).
+
+**The scalar recursion.** On an input whose statistics are the same at every
+position (homogeneous), padding 'circular' and 'valid' keep them so: every
+output position sums k input positions of the same variance K, so
+K -> sigma_w^2 K + sigma_b^2, and two inputs x, x' with the same cross
+covariance K12 at every position map to sigma_w^2 K12 + sigma_b^2: the
+dense layer's rule (partial-Jacobian eq. 9). Its APJN factor is the dense
+layer's sigma_w^2 too: each output unit has k C inputs of weight variance
+sigma_w^2 / (k C) (eq. 14). So the solvers treat such a convolution as a
+dense layer, exactly. With zero padding the edge positions have fewer
+inputs, the variances differ across positions and no scalar recursion
+exists: the solvers refuse it by name, and :func:`meanfield.kernels` maps the
+whole position-resolved state.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import sympy as sp
+
+from .. import symbols as S
+from .._validate import check_choice, check_int, check_real
+from .base import NoScalarRecursion, Primitive, format_number, parameter
+
+__all__ = ["Conv", "conv", "PADDINGS"]
+
+#: what lies beyond the edges: zeros (torch's padding='same'), the other edge, or nothing (fewer outputs)
+PADDINGS = ("same", "circular", "valid")
+
+
+@dataclass(frozen=True, repr=False)
+class Conv(Primitive):
+    """A 1-D convolution along the positions (tokens) of each input, mixing all channels (module notes)."""
+
+    kernel_size: int = 3
+    sigma_w: sp.Expr = S.sigma_w
+    sigma_b: sp.Expr = S.sigma_b
+    padding: str = "same"
+    dilation: int = 1
+    #: it mixes along the positions of an input: kernels() takes (n, T, d) inputs for the trees that hold one
+    axis = "positions"
+    output_gaussian = True
+    fresh_weights = True
+
+    def __post_init__(self):
+        check_int("kernel_size", self.kernel_size, 1)
+        check_int("dilation", self.dilation, 1)
+        check_choice("padding", self.padding, PADDINGS)
+        if self.padding != "valid" and self.kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size={self.kernel_size} with padding={self.padding!r}: an even kernel pads "
+                             "its two edges unequally; use an odd kernel_size, or padding='valid'")
+        check_real("sigma_w", self.sigma_w, minimum=0)
+        check_real("sigma_b", self.sigma_b, minimum=0)
+        object.__setattr__(self, "kernel_size", int(self.kernel_size))
+        object.__setattr__(self, "dilation", int(self.dilation))
+
+    def _homogeneous(self):
+        if self.padding == "same":
+            raise NoScalarRecursion(f"{self.short()}: zero padding gives the edge positions other variances than the "
+                             "middle ones, so there is no single-input recursion for the solvers; use "
+                             "padding='circular' or 'valid' (homogeneous positions), or meanfield.kernels, "
+                             "which maps every position")
+
+    def forward(self, s):
+        # homogeneous positions: the dense layer's map (module notes)
+        self._homogeneous()
+        return s.to(self.sigma_w**2 * s.K + self.sigma_b**2, self.sigma_w**2 * s.K12 + self.sigma_b**2)
+
+    def chi(self, s):
+        self._homogeneous()
+        return self.sigma_w**2
+
+    def offsets(self, T: int) -> tuple:
+        """(output positions, the input position of tap j for each: a list of k index arrays into the
+        padded axis, and the padding P on each side of it)."""
+        k, d = self.kernel_size, self.dilation
+        if self.padding == "valid":
+            T_out = T - d * (k - 1)
+            if T_out < 1:
+                raise ValueError(f"{self.short()} needs at least {d * (k - 1) + 1} positions, got {T}")
+            return T_out, [np.arange(T_out) + d * j for j in range(k)], 0
+        P = d * (k - 1) // 2
+        return T, [np.arange(T) + d * j for j in range(k)], P
+
+    def _patch_sum(self, M):
+        """sum_j M[:, p + d(j - o), :, p' + d(j - o)] over the taps, padded as the layer pads; (n, T', n, T')."""
+        T_out, taps, P = self.offsets(M.shape[1])
+        if P:
+            mode = "wrap" if self.padding == "circular" else "constant"
+            M = np.pad(M, ((0, 0), (P, P), (0, 0), (P, P)), mode=mode)
+        out = 0.0
+        for idx in taps:
+            out = out + M[:, idx][:, :, :, idx]
+        return out
+
+    def gram_tokens(self, s, walk):
+        """Over (input, position) pairs (``s`` a :class:`~.state.TokenSignal`): the patch mean of the
+        module notes for A and TA; B, TB -> 0 (independent output channels). The gap of near-parallel
+        entries is not carried through a convolution (G -> None)."""
+        k = self.kernel_size
+        sw2, sb2 = walk.number(self.sigma_w) ** 2, walk.number(self.sigma_b) ** 2
+        patch = self._patch_sum(s.A)
+        A = (sw2 / k) * patch + sb2
+        TA = TB = None
+        if walk.ntk:
+            own = A if walk.parameterization == "ntk" else walk.width * patch + 1.0
+            TA, TB = own + (sw2 / k) * self._patch_sum(s.TA), np.zeros_like(A)
+        return replace(s, A=A, B=np.zeros_like(A), TA=TA, TB=TB, gaussian=True, G=None)
+
+    def short(self, num=format_number):
+        args = [str(self.kernel_size)]
+        args += [f"{k}={num(v)}" for k, v, default in (("sigma_w", self.sigma_w, S.sigma_w),
+                                                      ("sigma_b", self.sigma_b, S.sigma_b)) if v != default]
+        args += [] if self.padding == "same" else [f"padding={self.padding!r}"]
+        args += [] if self.dilation == 1 else [f"dilation={self.dilation}"]
+        return f"conv({', '.join(args)})"
+
+    def to_json(self):
+        out = super().to_json()
+        out["kernel_size"], out["dilation"] = self.kernel_size, self.dilation
+        return out
+
+    @classmethod
+    def from_json(cls, fields, path, read_tree):
+        fields = dict(fields)
+        ints = {k: fields.pop(k) for k in ("kernel_size", "dilation") if k in fields}
+        padding = fields.pop("padding", "same")
+        node = super().from_json(fields, path, read_tree)
+        return replace(node, padding=padding, **ints)
+
+    def torch_forward(self, z, ctx, out: int | None = None):
+        """The convolution along the positions (axis -2) of the (I, P, S, B, T, N) layout, all channels in.
+
+        Draws a standard normal G (I, out, k N) and g (I, out) from ``ctx`` and uses
+        W = sigma_w G / sqrt(k N), b = sigma_b g (the bias on the primal only), as
+        :class:`~.linear.Dense` does with fan-in k N; padding by index, so a
+        circular pad wraps however many times it must.
+        """
+        import torch
+
+        from ..torch import context as C
+
+        I, P, Sl, B, T, N = z.shape
+        out = out or N
+        T_out, taps, pad = self.offsets(T)
+        if pad:
+            pos = torch.arange(-pad, T + pad, device=z.device)
+            if self.padding == "circular":
+                z = z.index_select(-2, pos % T)
+            else:
+                zero = z.new_zeros(I, P, Sl, B, pad, N)
+                z = torch.cat([zero, z, zero], dim=-2)
+        patches = torch.stack([z[..., torch.as_tensor(idx, device=z.device), :] for idx in taps], dim=-2)
+        fan_in = self.kernel_size * N
+        G = ctx.normal((out, fan_in))
+        y = torch.bmm(patches.reshape(I, P * Sl * B * T_out, fan_in), G.transpose(1, 2)).view(I, P, Sl, B, T_out, out)
+        g = ctx.normal((out,)).view(I, 1, 1, 1, out)
+        y = y * C.param_view(ctx.value(self.sigma_w) / math.sqrt(fan_in))
+        y[:, :, 0] += ctx.value(self.sigma_b).view(1, -1, 1, 1, 1) * g
+        return y
+
+
+def conv(kernel_size: int = 3, sigma_w=None, sigma_b=None, padding: str = "same", dilation: int = 1) -> Conv:
+    """A 1-D convolution along the positions of each input at infinite channels (:class:`Conv`).
+
+    ``kernel_size`` taps (odd unless ``padding='valid'``), ``dilation`` between
+    them; ``padding``: 'same' (zeros beyond the edges, as torch's
+    ``padding='same'``), 'circular' or 'valid'; ``sigma_w``, ``sigma_b``:
+    numbers, or None for the symbols the solvers scan. Inputs of a tree with a
+    convolution are (n, T, d): T positions of d channels.
+    """
+    return Conv(int(check_int("kernel_size", kernel_size, 1)), parameter("sigma_w", sigma_w, S.sigma_w),
+                parameter("sigma_b", sigma_b, S.sigma_b), padding, int(check_int("dilation", dilation, 1)))
