@@ -144,6 +144,11 @@ class TreeSpec:
         return any(getattr(p, "axis", None) in ("tokens", "channels", "positions") for p in self.nodes())
 
     @property
+    def position_dims(self) -> int:
+        """The rank of the inputs' positions: 2 with a 2-D convolution (inputs (n, H, W, d)), else 1."""
+        return max([getattr(p, "position_dims", 1) for p in self.nodes()] + [1])
+
+    @property
     def normalises(self) -> bool:
         """True when a layer divides by a variance of its input (LayerNorm, RMSNorm, BatchNorm)."""
         return any(isinstance(p, (LayerNormPre, LayerNormPost, LayerNorm, RMSNorm, BatchNorm)) for p in self.nodes())

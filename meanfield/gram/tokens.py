@@ -116,10 +116,16 @@ from .pair_maps import _NEAR, _cached, _compile_layers, _full, _input_gap, _lamb
 __all__ = ["token_kernels", "token_inputs", "token_state", "TokenWalk"]
 
 
-def token_inputs(name, x):
-    """``x`` as a float64 array (n, T, d) of images (n, T, d >= 1, finite)."""
+def token_inputs(name, x, position_dims=1):
+    """``x`` as a float64 array (n, T, d) of images (n, T, d >= 1, finite), or, with ``position_dims=2``
+    (a tree with a 2-D convolution), (n, H, W, d)."""
     a = np.asarray(x, dtype=np.float64) if x is not None else None
-    if a is None or a.ndim != 3 or min(a.shape) < 1:
+    if position_dims == 2:
+        if a is None or a.ndim != 4 or min(a.shape) < 1:
+            raise ValueError(f"{name} must be a 4-d array of images of shape (n, H, W, d) (n images of H x W "
+                             f"positions, d channels) for a tree with a 2-D convolution, got "
+                             f"{'None' if x is None else np.shape(x)}")
+    elif a is None or a.ndim != 3 or min(a.shape) < 1:
         raise ValueError(f"{name} must be a 3-d array of images of shape (n, T, d) (n images, T tokens, "
                          f"d features) for a token block (ResMLP / MLP-Mixer), got "
                          f"{'None' if x is None else np.shape(x)}")
@@ -238,13 +244,16 @@ class TokenWalk:
 
 
 def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False):
-    """The state after depth - 1 blocks for images x (n, T, d), and the pooled diagonal per layer."""
+    """The state after depth - 1 blocks for images x (n, T, d) or (n, H, W, d), and the pooled diagonal per
+    layer."""
+    grid = x.shape[1:-1]
+    x = x.reshape(x.shape[0], -1, x.shape[-1])
     n, T, d = x.shape
     dots = np.einsum("atk,bsk->atbs", x, x)
     A = sw**2 * dots / d + sb**2
     Z = np.zeros_like(A)
     TA = (A.copy() if parameterization == "ntk" else dots + 1.0) if want_ntk else None
-    s = TokenSignal(A, Z, TA, Z.copy() if want_ntk else None, G=_initial_gap(x, dots, sw, sb))
+    s = TokenSignal(A, Z, TA, Z.copy() if want_ntk else None, G=_initial_gap(x, dots, sw, sb), grid=grid)
     walk = TokenWalk(_values(spec), parameterization, want_ntk, sw, sb, width)
     block = spec.block_spec()
     diag = [np.diag(_pooled(s.A)).copy()] if per_layer else None
@@ -285,8 +294,9 @@ def _pooled(M):
 def token_state(arch, x, depth, sigma_w, sigma_b, parameterization="ntk", ntk=True, width=None):
     """The per-token state of a token block at h^depth, before the readout (for inspection and tests).
 
-    ``x``: images (n, T, d). Returns ``dict(A=, B=, TA=, TB=)``, arrays of
-    shape (n, T, n, T): A[a, t, b, s] = E[z_c(x_a, t) z_c(x_b, s)] (one
+    ``x``: images (n, T, d) (or (n, H, W, d) with a 2-D convolution: T = H W
+    positions in row-major order). Returns ``dict(A=, B=, TA=, TB=)``, arrays of
+    shape (n, T, n, T) (T of the last layer: 'valid' convolutions shorten it): A[a, t, b, s] = E[z_c(x_a, t) z_c(x_b, s)] (one
     channel), B the same for two different channels, TA, TB the NTK
     analogues (None when ``ntk=False``); see the module notes. ``width`` is
     the channel fan-in of the standard parameterisation's NTK.
@@ -297,8 +307,8 @@ def token_state(arch, x, depth, sigma_w, sigma_b, parameterization="ntk", ntk=Tr
     check_choice("parameterization", parameterization, ("ntk", "standard"))
     if not spec.has_tokens:
         raise ValueError("arch has no token axis; use meanfield.kernels")
-    s, _ = _run(spec, token_inputs("x", x), int(depth), float(sigma_w), float(sigma_b), parameterization,
-                bool(ntk), 1.0 if width is None else float(width))
+    s, _ = _run(spec, token_inputs("x", x, spec.position_dims), int(depth), float(sigma_w), float(sigma_b),
+                parameterization, bool(ntk), 1.0 if width is None else float(width))
     return {"A": s.A, "B": s.B, "TA": s.TA, "TB": s.TB}
 
 
@@ -310,9 +320,9 @@ def token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, width, per
     """
     check_choice("parameterization", parameterization, ("ntk", "standard"))
     want_ntk = "ntk" in get
-    a = token_inputs("x1", x1)
+    a = token_inputs("x1", x1, spec.position_dims)
     same = x2 is None
-    b = a if same else token_inputs("x2", x2)
+    b = a if same else token_inputs("x2", x2, spec.position_dims)
     if b.shape[1:] != a.shape[1:]:
         raise ValueError(f"x1 and x2 must have the same tokens and features (T, d), got {a.shape[1:]} and "
                          f"{b.shape[1:]}")

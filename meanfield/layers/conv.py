@@ -1,4 +1,4 @@
-r"""Convolutions at infinite channels: a 1-D convolution along the positions of an input.
+r"""Convolutions at infinite channels: along the positions of an input, a sequence or an (H, W) grid.
 
 A convolution with C input channels, kernel size k and dilation d maps the
 channels z_{c', q} at positions q to
@@ -40,6 +40,7 @@ whole position-resolved state.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 
@@ -48,7 +49,7 @@ import sympy as sp
 
 from .. import symbols as S
 from .._validate import check_choice, check_int, check_real
-from .base import NoScalarRecursion, Primitive, format_number, parameter
+from .base import NoScalarRecursion, Primitive, format_number, json_value, parameter
 
 __all__ = ["Conv", "conv", "PADDINGS"]
 
@@ -58,29 +59,34 @@ PADDINGS = ("same", "circular", "valid")
 
 @dataclass(frozen=True, repr=False)
 class Conv(Primitive):
-    """A 1-D convolution along the positions (tokens) of each input, mixing all channels (module notes)."""
+    """A convolution along the positions of each input (1-D, or 2-D over an (H, W) grid), mixing all channels
+    (module notes). ``kernel_size``: a tuple of one or two ints (:func:`conv` takes an int for 1-D)."""
 
-    kernel_size: int = 3
+    kernel_size: tuple = (3,)
     sigma_w: sp.Expr = S.sigma_w
     sigma_b: sp.Expr = S.sigma_b
     padding: str = "same"
     dilation: int = 1
-    #: it mixes along the positions of an input: kernels() takes (n, T, d) inputs for the trees that hold one
+    #: it mixes along the positions of an input: kernels() takes (n, T, d) or (n, H, W, d) inputs
     axis = "positions"
     output_gaussian = True
     fresh_weights = True
 
     def __post_init__(self):
-        check_int("kernel_size", self.kernel_size, 1)
+        object.__setattr__(self, "kernel_size", _kernel_size(self.kernel_size))
         check_int("dilation", self.dilation, 1)
         check_choice("padding", self.padding, PADDINGS)
-        if self.padding != "valid" and self.kernel_size % 2 == 0:
+        if self.padding != "valid" and any(k % 2 == 0 for k in self.kernel_size):
             raise ValueError(f"kernel_size={self.kernel_size} with padding={self.padding!r}: an even kernel pads "
                              "its two edges unequally; use an odd kernel_size, or padding='valid'")
         check_real("sigma_w", self.sigma_w, minimum=0)
         check_real("sigma_b", self.sigma_b, minimum=0)
-        object.__setattr__(self, "kernel_size", int(self.kernel_size))
         object.__setattr__(self, "dilation", int(self.dilation))
+
+    @property
+    def position_dims(self) -> int:
+        """1 for a convolution along a sequence, 2 over an (H, W) grid."""
+        return len(self.kernel_size)
 
     def _homogeneous(self):
         if self.padding == "same":
@@ -98,45 +104,60 @@ class Conv(Primitive):
         self._homogeneous()
         return self.sigma_w**2
 
-    def offsets(self, T: int) -> tuple:
-        """(output positions, the input position of tap j for each: a list of k index arrays into the
-        padded axis, and the padding P on each side of it)."""
-        k, d = self.kernel_size, self.dilation
-        if self.padding == "valid":
-            T_out = T - d * (k - 1)
-            if T_out < 1:
-                raise ValueError(f"{self.short()} needs at least {d * (k - 1) + 1} positions, got {T}")
-            return T_out, [np.arange(T_out) + d * j for j in range(k)], 0
-        P = d * (k - 1) // 2
-        return T, [np.arange(T) + d * j for j in range(k)], P
+    def layout(self, grid: tuple) -> tuple:
+        """For input positions of shape ``grid``: (the output grid, per axis the input index of each tap into
+        the padded axis, per axis the padding on each side)."""
+        grid = tuple(int(g) for g in grid)
+        if len(grid) != self.position_dims:
+            raise ValueError(f"{self.short()} is a {self.position_dims}-D convolution; the inputs have "
+                             f"{len(grid)}-D positions {grid}")
+        d, out, taps, pads = self.dilation, [], [], []
+        for n, k in zip(grid, self.kernel_size):
+            if self.padding == "valid":
+                n_out, pad = n - d * (k - 1), 0
+                if n_out < 1:
+                    raise ValueError(f"{self.short()} needs at least {d * (k - 1) + 1} positions, got {n}")
+            else:
+                n_out, pad = n, d * (k - 1) // 2
+            out.append(n_out)
+            taps.append([np.arange(n_out) + d * j for j in range(k)])
+            pads.append(pad)
+        return tuple(out), taps, pads
 
-    def _patch_sum(self, M):
-        """sum_j M[:, p + d(j - o), :, p' + d(j - o)] over the taps, padded as the layer pads; (n, T', n, T')."""
-        T_out, taps, P = self.offsets(M.shape[1])
-        if P:
-            mode = "wrap" if self.padding == "circular" else "constant"
-            M = np.pad(M, ((0, 0), (P, P), (0, 0), (P, P)), mode=mode)
-        out = 0.0
-        for idx in taps:
-            out = out + M[:, idx][:, :, :, idx]
-        return out
+    def _patch_sum(self, M, grid):
+        """sum over the taps of M[:, p + shift, :, p' + shift], padded as the layer pads; (n, T', n, T')."""
+        n, D = M.shape[0], self.position_dims
+        out, taps, pads = self.layout(grid)
+        M = M.reshape((n,) + tuple(grid) + (n,) + tuple(grid))
+        if any(pads):
+            width = [(0, 0)] + [(p, p) for p in pads]
+            M = np.pad(M, width * 2, mode="wrap" if self.padding == "circular" else "constant")
+        total = 0.0
+        for tap in itertools.product(*taps):
+            sub = M
+            for i, idx in enumerate(tap):
+                sub = np.take(np.take(sub, idx, axis=1 + i), idx, axis=2 + D + i)
+            total = total + sub
+        T_out = math.prod(out)
+        return total.reshape(n, T_out, n, T_out), out
 
     def gram_tokens(self, s, walk):
         """Over (input, position) pairs (``s`` a :class:`~.state.TokenSignal`): the patch mean of the
         module notes for A and TA; B, TB -> 0 (independent output channels). The gap of near-parallel
         entries is not carried through a convolution (G -> None)."""
-        k = self.kernel_size
+        k = math.prod(self.kernel_size)
         sw2, sb2 = walk.number(self.sigma_w) ** 2, walk.number(self.sigma_b) ** 2
-        patch = self._patch_sum(s.A)
+        grid = s.grid or (s.A.shape[1],)
+        patch, out = self._patch_sum(s.A, grid)
         A = (sw2 / k) * patch + sb2
         TA = TB = None
         if walk.ntk:
             own = A if walk.parameterization == "ntk" else walk.width * patch + 1.0
-            TA, TB = own + (sw2 / k) * self._patch_sum(s.TA), np.zeros_like(A)
-        return replace(s, A=A, B=np.zeros_like(A), TA=TA, TB=TB, gaussian=True, G=None)
+            TA, TB = own + (sw2 / k) * self._patch_sum(s.TA, grid)[0], np.zeros_like(A)
+        return replace(s, A=A, B=np.zeros_like(A), TA=TA, TB=TB, gaussian=True, G=None, grid=out)
 
     def short(self, num=format_number):
-        args = [str(self.kernel_size)]
+        args = [str(self.kernel_size[0]) if self.position_dims == 1 else str(self.kernel_size)]
         args += [f"{k}={num(v)}" for k, v, default in (("sigma_w", self.sigma_w, S.sigma_w),
                                                       ("sigma_b", self.sigma_b, S.sigma_b)) if v != default]
         args += [] if self.padding == "same" else [f"padding={self.padding!r}"]
@@ -144,9 +165,10 @@ class Conv(Primitive):
         return f"conv({', '.join(args)})"
 
     def to_json(self):
-        out = super().to_json()
-        out["kernel_size"], out["dilation"] = self.kernel_size, self.dilation
-        return out
+        ks = self.kernel_size
+        return {"type": "Conv", "kernel_size": ks[0] if len(ks) == 1 else list(ks),
+                "sigma_w": json_value(self.sigma_w), "sigma_b": json_value(self.sigma_b), "padding": self.padding,
+                "dilation": self.dilation}
 
     @classmethod
     def from_json(cls, fields, path, read_tree):
@@ -159,10 +181,11 @@ class Conv(Primitive):
     def torch_forward(self, z, ctx, out: int | None = None):
         """The convolution along the positions (axis -2) of the (I, P, S, B, T, N) layout, all channels in.
 
-        Draws a standard normal G (I, out, k N) and g (I, out) from ``ctx`` and uses
-        W = sigma_w G / sqrt(k N), b = sigma_b g (the bias on the primal only), as
-        :class:`~.linear.Dense` does with fan-in k N; padding by index, so a
-        circular pad wraps however many times it must.
+        The positions are ``ctx.grid`` (a 2-D convolution needs it; None: one axis of T), which this layer
+        updates to its output grid. Draws a standard normal G (I, out, k N) (taps in row-major order, then the
+        channels) and g (I, out) from ``ctx`` and uses W = sigma_w G / sqrt(k N), b = sigma_b g (the bias on
+        the primal only), as :class:`~.linear.Dense` does with fan-in k N; padding by index, so a circular
+        pad wraps however many times it must.
         """
         import torch
 
@@ -170,32 +193,58 @@ class Conv(Primitive):
 
         I, P, Sl, B, T, N = z.shape
         out = out or N
-        T_out, taps, pad = self.offsets(T)
-        if pad:
-            pos = torch.arange(-pad, T + pad, device=z.device)
+        grid = tuple(getattr(ctx, "grid", None) or (T,))
+        if math.prod(grid) != T:
+            raise ValueError(f"{self.short()}: the position grid {grid} does not hold the {T} positions")
+        out_grid, taps, pads = self.layout(grid)
+        D = len(grid)
+        z = z.reshape((I, P, Sl, B) + grid + (N,))
+        for i, (n, pad) in enumerate(zip(grid, pads)):
+            if not pad:
+                continue
             if self.padding == "circular":
-                z = z.index_select(-2, pos % T)
+                z = z.index_select(4 + i, torch.arange(-pad, n + pad, device=z.device) % n)
             else:
-                zero = z.new_zeros(I, P, Sl, B, pad, N)
-                z = torch.cat([zero, z, zero], dim=-2)
-        patches = torch.stack([z[..., torch.as_tensor(idx, device=z.device), :] for idx in taps], dim=-2)
-        fan_in = self.kernel_size * N
+                shape = list(z.shape)
+                shape[4 + i] = pad
+                zero = z.new_zeros(shape)
+                z = torch.cat([zero, z, zero], dim=4 + i)
+        patches = []
+        for tap in itertools.product(*taps):
+            sub = z
+            for i, idx in enumerate(tap):
+                sub = sub.index_select(4 + i, torch.as_tensor(idx, device=z.device))
+            patches.append(sub)
+        T_out = math.prod(out_grid)
+        fan_in = math.prod(self.kernel_size) * N
+        x = torch.stack(patches, dim=-2).reshape(I, P * Sl * B * T_out, fan_in)
         G = ctx.normal((out, fan_in))
-        y = torch.bmm(patches.reshape(I, P * Sl * B * T_out, fan_in), G.transpose(1, 2)).view(I, P, Sl, B, T_out, out)
+        y = torch.bmm(x, G.transpose(1, 2)).view(I, P, Sl, B, T_out, out)
         g = ctx.normal((out,)).view(I, 1, 1, 1, out)
         y = y * C.param_view(ctx.value(self.sigma_w) / math.sqrt(fan_in))
         y[:, :, 0] += ctx.value(self.sigma_b).view(1, -1, 1, 1, 1) * g
+        if D > 1 or getattr(ctx, "grid", None) is not None:
+            ctx.grid = out_grid
         return y
 
 
-def conv(kernel_size: int = 3, sigma_w=None, sigma_b=None, padding: str = "same", dilation: int = 1) -> Conv:
-    """A 1-D convolution along the positions of each input at infinite channels (:class:`Conv`).
+def _kernel_size(k) -> tuple:
+    """``kernel_size`` as a tuple of one or two ints >= 1 (ValueError naming it)."""
+    ks = (k,) if not isinstance(k, (tuple, list)) else tuple(k)
+    if not 1 <= len(ks) <= 2:
+        raise ValueError(f"kernel_size must be an int (1-D) or a pair of ints (2-D), got {k!r}")
+    return tuple(int(check_int("kernel_size", v, 1)) for v in ks)
 
-    ``kernel_size`` taps (odd unless ``padding='valid'``), ``dilation`` between
-    them; ``padding``: 'same' (zeros beyond the edges, as torch's
-    ``padding='same'``), 'circular' or 'valid'; ``sigma_w``, ``sigma_b``:
-    numbers, or None for the symbols the solvers scan. Inputs of a tree with a
-    convolution are (n, T, d): T positions of d channels.
+
+def conv(kernel_size=3, sigma_w=None, sigma_b=None, padding: str = "same", dilation: int = 1) -> Conv:
+    """A convolution along the positions of each input at infinite channels (:class:`Conv`).
+
+    ``kernel_size``: an int (1-D: inputs (n, T, d), T positions of d
+    channels) or a pair (kh, kw) (2-D: inputs (n, H, W, d)); odd unless
+    ``padding='valid'``. ``dilation`` between taps; ``padding``: 'same'
+    (zeros beyond the edges, as torch's ``padding='same'``), 'circular' or
+    'valid'; ``sigma_w``, ``sigma_b``: numbers, or None for the symbols the
+    solvers scan.
     """
-    return Conv(int(check_int("kernel_size", kernel_size, 1)), parameter("sigma_w", sigma_w, S.sigma_w),
+    return Conv(_kernel_size(kernel_size), parameter("sigma_w", sigma_w, S.sigma_w),
                 parameter("sigma_b", sigma_b, S.sigma_b), padding, int(check_int("dilation", dilation, 1)))

@@ -158,8 +158,9 @@ class TokenSignal:
     tokens are near (anti)parallel (None elsewhere); gaussian : True for
     preactivations. Each primitive maps it with ``gram_tokens(s, walk)``.
 
-    The tokens are the positions of an input: a ResMLP's or Mixer's patches
-    here, and the pixels of an image under a convolution are the same axis.
+    The tokens are the positions of an input: a ResMLP's or Mixer's patches,
+    or the positions of a sequence or the pixels of an image under a
+    convolution (flattened in row-major order; ``grid`` keeps their shape).
     """
 
     A: np.ndarray
@@ -168,6 +169,8 @@ class TokenSignal:
     TB: np.ndarray | None = None
     gaussian: bool = True
     G: np.ndarray | None = None
+    #: the shape of the positions, T = prod(grid): (T,) for a sequence, (H, W) for an image (None: (T,))
+    grid: tuple | None = None
 
     @staticmethod
     def diagonal(M) -> np.ndarray:

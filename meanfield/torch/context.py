@@ -61,6 +61,10 @@ class Context:
         The global indices of the initialisations of this pass.
     """
 
+    #: the shape of the positions of the pass's inputs ((H, W) for images; None: one axis of T), which
+    #: convolutions read and update to their output's
+    grid = None
+
     def __init__(self, generators: Sequence[torch.Generator] | None, params: dict, device, dtype, *,
                  seed: int | None = None, init_ids: Sequence[int] | None = None):
         if (generators is None) == (init_ids is None):

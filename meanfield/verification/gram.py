@@ -100,13 +100,15 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
     want_ntk = "ntk" in get
     device = resolve_device(device)
     x, n1, rows = _empirical_batch(spec, x1, x2, ntk_rows)
-    B, T, d = (x.shape[0], x.shape[1], x.shape[2]) if tokens else (x.shape[0], 1, x.shape[1])
+    grid = tuple(x.shape[1:-1]) if tokens else (1,)
+    B, T, d = x.shape[0], int(np.prod(grid)), x.shape[-1]
     x = x.to(device=device, dtype=dtype).view(1, 1, 1, B, T, d)
     params = {"sigma_w": [sw], "sigma_b": [sb], "mu": spec.mu if spec.mu is not None else 0.0,
               "eps": spec.eps if spec.eps is not None else 1.0}
     inp, block = input_layer(width), realise(spec)
 
     def net(ctx):
+        ctx.grid = grid      # the positions' shape, which convolutions read and update
         z = inp(x, ctx)
         for _ in range(depth - 1):
             z = block(z, ctx)
@@ -160,10 +162,11 @@ def _empirical_batch(spec, x1, x2, ntk_rows):
     tokens = spec.has_tokens
     a = torch.as_tensor(np.asarray(x1, dtype=np.float64))
     b = a if x2 is None else torch.as_tensor(np.asarray(x2, dtype=np.float64))
-    nd = 3 if tokens else 2
+    nd = 2 + spec.position_dims if tokens else 2
+    form = {2: ("(n, d)", "d"), 3: ("(n, T, d)", "(T, d)"), 4: ("(n, H, W, d)", "(H, W, d)")}[nd]
     if a.ndim != nd or b.ndim != nd or a.shape[1:] != b.shape[1:]:
-        raise ValueError(f"x1, x2 must be {nd}-d arrays {'(n, T, d)' if tokens else '(n, d)'} with the same "
-                         f"{'(T, d)' if tokens else 'd'}, got {tuple(a.shape)}, {tuple(b.shape)}")
+        raise ValueError(f"x1, x2 must be {nd}-d arrays {form[0]} with the same {form[1]}, got {tuple(a.shape)}, "
+                         f"{tuple(b.shape)}")
     n1 = a.shape[0]
     if spec.couples_batch and x2 is not None:
         raise ValueError("arch has a batch_norm(): the batch is the rows of x1; x2 must be None")
