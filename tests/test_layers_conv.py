@@ -131,12 +131,27 @@ def test_a_column_kernel_on_a_column_grid_is_the_1d_convolution():
         np.testing.assert_allclose(b.ntk, a.ntk, rtol=1e-14)
 
 
-def test_valid_padding_shortens_the_positions():
+def test_valid_padding_and_strides_shorten_the_positions():
     net = mf.Network(mf.serial(mf.act("relu"), mf.conv(3, padding="valid", dilation=2)))
     st = token_state(net, np.ones((2, 11, 3)), 3, 1.0, 0.1)
     assert st["A"].shape == (2, 3, 2, 3)       # 11 -> 7 -> 3 positions
     with pytest.raises(ValueError, match="needs at least 5 positions, got 3"):
         token_state(net, np.ones((2, 11, 3)), 4, 1.0, 0.1)
+    net = mf.Network(mf.serial(mf.act("relu"), mf.conv((3, 3), stride=2)))
+    st = token_state(net, np.ones((2, 9, 6, 3)), 3, 1.0, 0.1)
+    assert st["A"].shape == (2, 6, 2, 6)       # (9, 6) -> (5, 3) -> (3, 2) pixels: ceil(n / 2) each time
+
+
+def test_a_strided_convolution_reads_every_s_th_window():
+    """stride s: the output at p is the stride-1 output at s p (the same windows), entry by entry."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 9, 3))
+    for padding in ("same", "circular", "valid"):
+        one = token_state(mf.Network(mf.serial(mf.act("tanh"), mf.conv(3, padding=padding))), x, 2, 1.2, 0.3)
+        two = token_state(mf.Network(mf.serial(mf.act("tanh"), mf.conv(3, padding=padding, stride=2))), x, 2, 1.2,
+                          0.3)
+        np.testing.assert_array_equal(two["A"], one["A"][:, ::2][:, :, :, ::2])
+        np.testing.assert_array_equal(two["TA"], one["TA"][:, ::2][:, :, :, ::2])
 
 
 def test_bad_arguments_name_themselves():
@@ -153,6 +168,8 @@ def test_bad_arguments_name_themselves():
         mf.conv(4)
     with pytest.raises(ValueError, match="dilation"):
         mf.conv(3, dilation=0)
+    with pytest.raises(ValueError, match="stride"):
+        mf.conv(3, stride=0)
     with pytest.raises(ValueError, match="sigma_w"):
         mf.conv(3, sigma_w=-1.0)
     with pytest.raises(ValueError, match="act\\('relu'\\) at position 1"):
@@ -164,18 +181,19 @@ def test_repr_and_json_round_trip():
     assert repr(net.block_spec().branch.layers[1]) == "conv(5, sigma_b=0.1, padding='circular', dilation=3)"
     back = mf.from_json(mf.to_json(net))
     assert back.block_spec() == net.block_spec()
-    net2 = mf.Network(mf.serial(mf.act("relu"), mf.conv((3, 1), padding="valid")))
-    assert repr(net2.block_spec().layers[1]) == "conv((3, 1), padding='valid')"
+    net2 = mf.Network(mf.serial(mf.act("relu"), mf.conv((3, 1), padding="valid", stride=2)))
+    assert repr(net2.block_spec().layers[1]) == "conv((3, 1), padding='valid', stride=2)"
     assert mf.from_json(mf.to_json(net2)).block_spec() == net2.block_spec()
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("kernel_size, padding, dilation, grid", [
-    (3, "same", 1, (6,)), (3, "circular", 2, (6,)), (3, "valid", 1, (6,)), (3, "circular", 5, (6,)),
-    ((3, 3), "same", 1, (5, 4)), ((3, 1), "circular", 2, (5, 4)), ((2, 3), "valid", 1, (5, 4)),
-    ((3, 5), "circular", 3, (2, 4)),
+@pytest.mark.parametrize("kernel_size, padding, dilation, stride, grid", [
+    (3, "same", 1, 1, (6,)), (3, "circular", 2, 1, (6,)), (3, "valid", 1, 1, (6,)), (3, "circular", 5, 1, (6,)),
+    (3, "same", 1, 2, (7,)), (5, "valid", 1, 3, (12,)),
+    ((3, 3), "same", 1, 1, (5, 4)), ((3, 1), "circular", 2, 1, (5, 4)), ((2, 3), "valid", 1, 1, (5, 4)),
+    ((3, 5), "circular", 3, 1, (2, 4)), ((3, 3), "same", 1, 2, (5, 4)), ((3, 3), "circular", 1, 2, (6, 5)),
 ])
-def test_torch_realisation_is_torch_conv(kernel_size, padding, dilation, grid):
+def test_torch_realisation_is_torch_conv(kernel_size, padding, dilation, stride, grid):
     """Conv.torch_forward on the (I, P, S, B, T, N) layout (positions flattened row-major, ``ctx.grid`` their
     shape) against torch's conv1d / conv2d with the same draws: W[c, c', taps] = sigma_w G[c, tap N + c'] /
     sqrt(k N), the bias on the primal, tangents without it; padding done by index in the reference (a circular
@@ -202,7 +220,7 @@ def test_torch_realisation_is_torch_conv(kernel_size, padding, dilation, grid):
     ctx.grid = grid
     T = int(np.prod(grid))
     z = torch.randn(1, 1, 2, 3, T, N, generator=g, dtype=torch.float64)     # slot 0 primal, slot 1 a tangent
-    y = mf.conv(kernel_size, padding=padding, dilation=dilation).torch_forward(z, ctx, out=out)
+    y = mf.conv(kernel_size, padding=padding, dilation=dilation, stride=stride).torch_forward(z, ctx, out=out)
     W = sw * G[0].view(out, *ks, N).movedim(-1, 1) / np.sqrt(k * N)        # (out, in, *ks)
     x = z[0, 0].reshape(2, 3, *grid, N).movedim(-1, 2)                     # (S, B, N, *grid)
     for axis, (n, kk) in enumerate(zip(grid, ks)):
@@ -215,7 +233,7 @@ def test_torch_realisation_is_torch_conv(kernel_size, padding, dilation, grid):
                            torch.zeros_like(x.narrow(3 + axis, 0, pad))], dim=3 + axis)
     conv = F.conv1d if len(ks) == 1 else F.conv2d
     for s, bias in ((0, sb * b[0]), (1, None)):
-        ref = conv(x[s], W, bias, dilation=dilation)                          # (B, out, *grid_out)
+        ref = conv(x[s], W, bias, dilation=dilation, stride=stride)           # (B, out, *grid_out)
         torch.testing.assert_close(y[0, 0, s], ref.flatten(2).transpose(1, 2), rtol=1e-13, atol=1e-13)
     assert tuple(ctx.grid) == tuple(ref.shape[2:])
 

@@ -1,23 +1,24 @@
 r"""Convolutions at infinite channels: along the positions of an input, a sequence or an (H, W) grid.
 
-A convolution with C input channels, kernel size k and dilation d maps the
-channels z_{c', q} at positions q to
+A convolution with C input channels, kernel size k, dilation d and stride s
+maps the channels z_{c', q} at positions q to
 
-    h_{c, p} = sum_{c', j} W_{c c' j} z_{c', p + d (j - o)} + b_c,
+    h_{c, p} = sum_{c', j} W_{c c' j} z_{c', s p + d (j - o)} + b_c,
     W ~ N(0, sigma_w^2 / (k C)),  b ~ N(0, sigma_b^2),
 
 with o = (k - 1) / 2 for padding 'same' (zeros beyond the edges, torch's
-``padding='same'``) and 'circular' (the positions wrap around), and o = 0
-with only the positions that fit for 'valid' (T - d (k - 1) outputs). The
-fan-in k C counts every tap, padded or not, as torch and neural-tangents'
-``stax.Conv`` do.
+``padding=k // 2``) and 'circular' (the positions wrap around), and o = 0
+with only the positions that fit for 'valid'; torch's output size,
+floor((n + 2 d o - d (k - 1) - 1) / s) + 1. In 2-D the same holds per axis,
+j running over the kh x kw taps and k = kh kw. The fan-in k C counts every
+tap, padded or not, as torch and neural-tangents' ``stax.Conv`` do.
 
 At infinite channels (Novak et al. 2019, "Bayesian deep convolutional
 networks with many channels are Gaussian processes", eqs. 5-7; Garriga-Alonso
 et al. 2019) the preactivations are jointly Gaussian over inputs x and
 positions p, and the covariance of one channel maps as a patch mean,
 
-    A'[(x, p), (x', p')] = sigma_w^2 / k sum_j A[(x, p + d(j - o)), (x', p' + d(j - o))] + sigma_b^2,
+    A'[(x, p), (x', p')] = sigma_w^2 / k sum_j A[(x, s p + d(j - o)), (x', s p' + d(j - o))] + sigma_b^2,
 
 with the zero-padded entries 0 and the circular ones wrapped; two different
 output channels have independent weights and biases, so their covariance
@@ -67,6 +68,7 @@ class Conv(Primitive):
     sigma_b: sp.Expr = S.sigma_b
     padding: str = "same"
     dilation: int = 1
+    stride: int = 1
     #: it mixes along the positions of an input: kernels() takes (n, T, d) or (n, H, W, d) inputs
     axis = "positions"
     output_gaussian = True
@@ -75,6 +77,7 @@ class Conv(Primitive):
     def __post_init__(self):
         object.__setattr__(self, "kernel_size", _kernel_size(self.kernel_size))
         check_int("dilation", self.dilation, 1)
+        check_int("stride", self.stride, 1)
         check_choice("padding", self.padding, PADDINGS)
         if self.padding != "valid" and any(k % 2 == 0 for k in self.kernel_size):
             raise ValueError(f"kernel_size={self.kernel_size} with padding={self.padding!r}: an even kernel pads "
@@ -82,6 +85,7 @@ class Conv(Primitive):
         check_real("sigma_w", self.sigma_w, minimum=0)
         check_real("sigma_b", self.sigma_b, minimum=0)
         object.__setattr__(self, "dilation", int(self.dilation))
+        object.__setattr__(self, "stride", int(self.stride))
 
     @property
     def position_dims(self) -> int:
@@ -111,16 +115,15 @@ class Conv(Primitive):
         if len(grid) != self.position_dims:
             raise ValueError(f"{self.short()} is a {self.position_dims}-D convolution; the inputs have "
                              f"{len(grid)}-D positions {grid}")
-        d, out, taps, pads = self.dilation, [], [], []
+        d, s, out, taps, pads = self.dilation, self.stride, [], [], []
         for n, k in zip(grid, self.kernel_size):
-            if self.padding == "valid":
-                n_out, pad = n - d * (k - 1), 0
-                if n_out < 1:
-                    raise ValueError(f"{self.short()} needs at least {d * (k - 1) + 1} positions, got {n}")
-            else:
-                n_out, pad = n, d * (k - 1) // 2
+            pad = 0 if self.padding == "valid" else d * (k - 1) // 2
+            span = n + 2 * pad - d * (k - 1)          # start positions where the kernel fits in the padded axis
+            if span < 1:
+                raise ValueError(f"{self.short()} needs at least {d * (k - 1) + 1} positions, got {n}")
+            n_out = (span - 1) // s + 1               # torch's output size: floor((n + 2 pad - d (k - 1) - 1) / s) + 1
             out.append(n_out)
-            taps.append([np.arange(n_out) + d * j for j in range(k)])
+            taps.append([s * np.arange(n_out) + d * j for j in range(k)])
             pads.append(pad)
         return tuple(out), taps, pads
 
@@ -162,18 +165,19 @@ class Conv(Primitive):
                                                       ("sigma_b", self.sigma_b, S.sigma_b)) if v != default]
         args += [] if self.padding == "same" else [f"padding={self.padding!r}"]
         args += [] if self.dilation == 1 else [f"dilation={self.dilation}"]
+        args += [] if self.stride == 1 else [f"stride={self.stride}"]
         return f"conv({', '.join(args)})"
 
     def to_json(self):
         ks = self.kernel_size
         return {"type": "Conv", "kernel_size": ks[0] if len(ks) == 1 else list(ks),
                 "sigma_w": json_value(self.sigma_w), "sigma_b": json_value(self.sigma_b), "padding": self.padding,
-                "dilation": self.dilation}
+                "dilation": self.dilation, "stride": self.stride}
 
     @classmethod
     def from_json(cls, fields, path, read_tree):
         fields = dict(fields)
-        ints = {k: fields.pop(k) for k in ("kernel_size", "dilation") if k in fields}
+        ints = {k: fields.pop(k) for k in ("kernel_size", "dilation", "stride") if k in fields}
         padding = fields.pop("padding", "same")
         node = super().from_json(fields, path, read_tree)
         return replace(node, padding=padding, **ints)
@@ -236,15 +240,18 @@ def _kernel_size(k) -> tuple:
     return tuple(int(check_int("kernel_size", v, 1)) for v in ks)
 
 
-def conv(kernel_size=3, sigma_w=None, sigma_b=None, padding: str = "same", dilation: int = 1) -> Conv:
+def conv(kernel_size=3, sigma_w=None, sigma_b=None, padding: str = "same", dilation: int = 1,
+         stride: int = 1) -> Conv:
     """A convolution along the positions of each input at infinite channels (:class:`Conv`).
 
     ``kernel_size``: an int (1-D: inputs (n, T, d), T positions of d
     channels) or a pair (kh, kw) (2-D: inputs (n, H, W, d)); odd unless
-    ``padding='valid'``. ``dilation`` between taps; ``padding``: 'same'
-    (zeros beyond the edges, as torch's ``padding='same'``), 'circular' or
-    'valid'; ``sigma_w``, ``sigma_b``: numbers, or None for the symbols the
-    solvers scan.
+    ``padding='valid'``. ``dilation`` between taps, ``stride`` between
+    outputs (on every axis); ``padding``: 'same' (zeros beyond the edges,
+    (k - 1) d / 2 on each side, as torch's ``padding=k // 2`` for odd k: with
+    stride s, ceil(n / s) outputs), 'circular' or 'valid'; ``sigma_w``,
+    ``sigma_b``: numbers, or None for the symbols the solvers scan.
     """
     return Conv(_kernel_size(kernel_size), parameter("sigma_w", sigma_w, S.sigma_w),
-                parameter("sigma_b", sigma_b, S.sigma_b), padding, int(check_int("dilation", dilation, 1)))
+                parameter("sigma_b", sigma_b, S.sigma_b), padding, int(check_int("dilation", dilation, 1)),
+                int(check_int("stride", stride, 1)))
