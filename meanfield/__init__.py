@@ -15,7 +15,7 @@ _EXPORTS = {
     **dict.fromkeys(("Activation", "activation", "available_activations"), "activations"),
     **dict.fromkeys(("Architecture", "as_architecture", "Network", "from_json", "to_json"), "calculus"),
     # the composition API: one module per primitive family (meanfield/layers/)
-    **dict.fromkeys(("act", "batch_norm", "conv", "dense", "group_norm", "layer_norm", "mixer", "mlp", "resmlp", "residual",
+    **dict.fromkeys(("act", "avg_pool", "batch_norm", "conv", "dense", "group_norm", "layer_norm", "mixer", "mlp", "resmlp", "residual",
                      "rms_norm", "scale", "serial"), "layers"),
     **dict.fromkeys(("Recursion", "recursion"), "symbolic"),
     # NNGP / NTK Gram matrices on real inputs (numpy; the recursion is compiled on first use)
@@ -31,6 +31,7 @@ _OWN_NAMES = [
     "Kernels",
     "Recursion",
     "act",
+    "avg_pool",
     "batch_norm",
     "conv",
     "dense",

@@ -330,3 +330,90 @@ def test_monte_carlo_2d_ntk():
         e = empirical_kernels(net, x, width=128, n_init=12, n_outputs=2, seed=2, **kw)
         r = kernels(net, x, width=128, **kw)
         assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * 6 / 128)), param
+
+
+# ---------------------------------------------------------------------------
+# Average pooling.
+# ---------------------------------------------------------------------------
+def test_pooling_a_field_equal_at_every_position_changes_nothing():
+    """Inputs equal at every position: every entry of the state is the same, so any window mean of it is that
+    entry again (valid windows; 1-D and 2-D)."""
+    kw = dict(depth=3, sigma_w=1.3, sigma_b=0.2)
+    rng = np.random.default_rng(9)
+    rows = rng.standard_normal((3, 1, 4))
+    for pool, conv, x in ((mf.avg_pool(2), mf.conv(1), np.repeat(rows, 8, axis=1)),
+                          (mf.avg_pool((2, 2)), mf.conv((1, 1)), np.repeat(np.repeat(rows[:, :, None], 4, 1), 6, 2))):
+        a = kernels(mf.Network(mf.serial(mf.act("gelu"), pool, conv)), x, **kw)
+        b = kernels(mf.Network(mf.serial(mf.act("gelu"), conv)), x, **kw)
+        np.testing.assert_allclose(a.nngp, b.nngp, rtol=1e-14)
+        np.testing.assert_allclose(a.ntk, b.ntk, rtol=1e-14)
+
+
+def test_pooling_uncorrelated_positions_divides_the_variance_by_the_window():
+    """erf without bias on tokens orthogonal across positions: the positions stay uncorrelated (zero cross
+    covariance), so the mean of k of them has 1/k of their mean variance."""
+    x = np.zeros((2, 6, 12))
+    rng = np.random.default_rng(10)
+    for t in range(6):
+        x[:, t, 2 * t:2 * t + 2] = rng.standard_normal((2, 2)) * np.sqrt(6)
+    base = token_state(mf.Network(mf.serial(mf.act("erf"), mf.conv(1))), x, 2, 1.1, 0.0)
+    pooled = token_state(mf.Network(mf.serial(mf.act("erf"), mf.avg_pool(3), mf.conv(1))), x, 2, 1.1, 0.0)
+    v, vp = _diag(base["A"]), _diag(pooled["A"])
+    np.testing.assert_allclose(vp, v.reshape(2, 2, 3).mean(-1) / 3, rtol=1e-14)
+
+
+def test_the_solvers_refuse_pooling():
+    net = mf.Network(mf.residual(mf.act("erf"), mf.avg_pool(3, stride=1, padding="circular"), mf.conv(3), mu=0.9))
+    with pytest.raises(ValueError, match="covariance between positions"):
+        mf.critical_line(net, sigma_w=1.0)
+    with pytest.raises(ValueError, match="give the stride"):
+        mf.avg_pool((2, 3))
+    assert repr(mf.avg_pool((2, 2), stride=1)) == "avg_pool((2, 2), stride=1)"
+    assert mf.from_json(mf.to_json(net)).block_spec() == net.block_spec()
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("kernel_size, stride, padding, grid", [
+    (2, None, "valid", (7,)), (3, 1, "same", (6,)), (3, 2, "circular", (7,)),
+    ((2, 2), None, "valid", (4, 6)), ((3, 3), 1, "same", (4, 5)), ((3, 3), 2, "circular", (5, 5)),
+])
+def test_torch_pooling_is_torch_avg_pool(kernel_size, stride, padding, grid):
+    """AvgPool.torch_forward against torch's avg_pool1d / avg_pool2d (count_include_pad=True), primal and
+    tangent; circular padding by index in the reference."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    ks = (kernel_size,) if isinstance(kernel_size, int) else kernel_size
+    N, T = 3, int(np.prod(grid))
+
+    class Ctx:
+        pass
+
+    ctx = Ctx()
+    ctx.grid = grid
+    z = torch.randn(1, 1, 2, 2, T, N, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    y = mf.avg_pool(kernel_size, stride, padding).torch_forward(z, ctx)
+    x = z[0, 0].reshape(2, 2, *grid, N).movedim(-1, 2)
+    pad = [0 if padding == "valid" else (k - 1) // 2 for k in ks]
+    if padding == "circular":
+        for axis, (n, p) in enumerate(zip(grid, pad)):
+            x = x.index_select(3 + axis, torch.arange(-p, n + p) % n)
+        pad = [0] * len(ks)
+    pool = F.avg_pool1d if len(ks) == 1 else F.avg_pool2d
+    for s in (0, 1):
+        ref = pool(x[s], ks, stride if stride is not None else ks, pad, count_include_pad=True)
+        torch.testing.assert_close(y[0, 0, s], ref.flatten(2).transpose(1, 2), rtol=1e-14, atol=1e-14)
+    assert tuple(ctx.grid) == tuple(ref.shape[2:])
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_monte_carlo_pooling_deep_wide():
+    """A residual block with a stride-1 average pool before its convolution, depth 20, 512 channels, 8
+    initialisations, 8 positions: every entry of the NNGP within 4.5 SE and of the NTK within 4.5 SE +
+    4 depth/width. Measured max |z| 3.3 (NNGP), 2.5 (NTK), SE 2-4 %; with three other seeds of 16
+    initialisations the z of the entries have both signs and the diagonal is within 5 % (no bias)."""
+    net = mf.Network(mf.residual(mf.act("erf"), mf.avg_pool(3, stride=1, padding="same"), mf.conv(3), mu=0.9))
+    e, r = _monte_carlo(net, 8, 1.4, 0.2, seed=7)
+    assert np.all(_agree(e.nngp, r.nngp, e.nngp_se, 0.0))
+    assert np.all(_agree(e.ntk, r.ntk, e.ntk_se, 4 * DEEP / WIDE))

@@ -8,7 +8,8 @@ module                 primitives
                        :class:`TokenSignal` (a batch over its tokens/positions)
 ``base``               the :class:`Primitive` interface and shared helpers
 ``linear``             :class:`Dense` (``dense``)
-``conv``               :class:`Conv` (``conv``): along the positions of an input
+``conv``               :class:`Conv` (``conv``), :class:`AvgPool` (``avg_pool``): along
+                       the positions of an input
 ``elementwise``        :class:`ActivationLayer` (``act``), :class:`Scale` (``scale``)
 ``norms``              LayerNorm pre/post (``layer_norm``), :class:`GroupNorm`,
                        :class:`RMSNorm`, :class:`BatchNorm`
@@ -24,7 +25,7 @@ docs/architecture.md, "Adding a primitive".
 from .base import AXES, Primitive, short
 from .blocks import mixer, mixer_block, mlp, mlp_block, resmlp, resmlp_block
 from .combinators import Chain, Residual, residual, serial
-from .conv import Conv, conv
+from .conv import AvgPool, Conv, avg_pool, conv
 from .elementwise import ActivationLayer, Scale, act, scale
 from .linear import Dense, dense
 from .norms import (BatchNorm, GroupNorm, LayerNorm, LayerNormPost, LayerNormPre, RMSNorm, batch_norm, group_norm,
@@ -34,7 +35,7 @@ from .trees import primitive_classes, tree_from_json, tree_to_json
 
 __all__ = [
     "AXES", "Primitive", "short", "Signal", "GramSignal", "TokenSignal",
-    "Dense", "dense", "Conv", "conv", "ActivationLayer", "act", "Scale", "scale",
+    "Dense", "dense", "Conv", "conv", "AvgPool", "avg_pool", "ActivationLayer", "act", "Scale", "scale",
     "LayerNormPre", "LayerNorm", "LayerNormPost", "GroupNorm", "RMSNorm", "BatchNorm", "layer_norm", "group_norm",
     "rms_norm", "batch_norm",
     "Chain", "Residual", "serial", "residual",

@@ -52,7 +52,7 @@ from .. import symbols as S
 from .._validate import check_choice, check_int, check_real
 from .base import NoScalarRecursion, Primitive, format_number, json_value, parameter
 
-__all__ = ["Conv", "conv", "PADDINGS"]
+__all__ = ["Conv", "conv", "AvgPool", "avg_pool", "PADDINGS"]
 
 #: what lies beyond the edges: zeros (torch's padding='same'), the other edge, or nothing (fewer outputs)
 PADDINGS = ("same", "circular", "valid")
@@ -94,10 +94,10 @@ class Conv(Primitive):
 
     def _homogeneous(self):
         if self.padding == "same":
-            raise NoScalarRecursion(f"{self.short()}: zero padding gives the edge positions other variances than the "
-                             "middle ones, so there is no single-input recursion for the solvers; use "
-                             "padding='circular' or 'valid' (homogeneous positions), or meanfield.kernels, "
-                             "which maps every position")
+            raise NoScalarRecursion(f"{self.short()}: zero padding gives the edge positions other variances than "
+                                    "the middle ones, so there is no single-input recursion for the solvers; use "
+                                    "padding='circular' or 'valid' (homogeneous positions), or meanfield.kernels, "
+                                    "which maps every position")
 
     def forward(self, s):
         # homogeneous positions: the dense layer's map (module notes)
@@ -111,30 +111,13 @@ class Conv(Primitive):
     def layout(self, grid: tuple) -> tuple:
         """For input positions of shape ``grid``: (the output grid, per axis the input index of each tap into
         the padded axis, per axis the padding on each side)."""
-        grid = tuple(int(g) for g in grid)
-        if len(grid) != self.position_dims:
-            raise ValueError(f"{self.short()} is a {self.position_dims}-D convolution; the inputs have "
-                             f"{len(grid)}-D positions {grid}")
-        d, s, out, taps, pads = self.dilation, self.stride, [], [], []
-        for n, k in zip(grid, self.kernel_size):
-            pad = 0 if self.padding == "valid" else d * (k - 1) // 2
-            span = n + 2 * pad - d * (k - 1)          # start positions where the kernel fits in the padded axis
-            if span < 1:
-                raise ValueError(f"{self.short()} needs at least {d * (k - 1) + 1} positions, got {n}")
-            n_out = (span - 1) // s + 1               # torch's output size: floor((n + 2 pad - d (k - 1) - 1) / s) + 1
-            out.append(n_out)
-            taps.append([s * np.arange(n_out) + d * j for j in range(k)])
-            pads.append(pad)
-        return tuple(out), taps, pads
+        return _layout(self, grid)
 
     def _patch_sum(self, M, grid):
         """sum over the taps of M[:, p + shift, :, p' + shift], padded as the layer pads; (n, T', n, T')."""
         n, D = M.shape[0], self.position_dims
         out, taps, pads = self.layout(grid)
-        M = M.reshape((n,) + tuple(grid) + (n,) + tuple(grid))
-        if any(pads):
-            width = [(0, 0)] + [(p, p) for p in pads]
-            M = np.pad(M, width * 2, mode="wrap" if self.padding == "circular" else "constant")
+        M = _padded(M, grid, pads, self.padding)
         total = 0.0
         for tap in itertools.product(*taps):
             sub = M
@@ -197,28 +180,7 @@ class Conv(Primitive):
 
         I, P, Sl, B, T, N = z.shape
         out = out or N
-        grid = tuple(getattr(ctx, "grid", None) or (T,))
-        if math.prod(grid) != T:
-            raise ValueError(f"{self.short()}: the position grid {grid} does not hold the {T} positions")
-        out_grid, taps, pads = self.layout(grid)
-        D = len(grid)
-        z = z.reshape((I, P, Sl, B) + grid + (N,))
-        for i, (n, pad) in enumerate(zip(grid, pads)):
-            if not pad:
-                continue
-            if self.padding == "circular":
-                z = z.index_select(4 + i, torch.arange(-pad, n + pad, device=z.device) % n)
-            else:
-                shape = list(z.shape)
-                shape[4 + i] = pad
-                zero = z.new_zeros(shape)
-                z = torch.cat([zero, z, zero], dim=4 + i)
-        patches = []
-        for tap in itertools.product(*taps):
-            sub = z
-            for i, idx in enumerate(tap):
-                sub = sub.index_select(4 + i, torch.as_tensor(idx, device=z.device))
-            patches.append(sub)
+        patches, out_grid = _windows(self, z, ctx)
         T_out = math.prod(out_grid)
         fan_in = math.prod(self.kernel_size) * N
         x = torch.stack(patches, dim=-2).reshape(I, P * Sl * B * T_out, fan_in)
@@ -227,9 +189,184 @@ class Conv(Primitive):
         g = ctx.normal((out,)).view(I, 1, 1, 1, out)
         y = y * C.param_view(ctx.value(self.sigma_w) / math.sqrt(fan_in))
         y[:, :, 0] += ctx.value(self.sigma_b).view(1, -1, 1, 1, 1) * g
-        if D > 1 or getattr(ctx, "grid", None) is not None:
-            ctx.grid = out_grid
+        _set_grid(ctx, out_grid)
         return y
+
+
+@dataclass(frozen=True, repr=False)
+class AvgPool(Primitive):
+    r"""Average pooling along the positions, per channel: y_{c, p} = 1/k sum_j z_{c, s p + j - o} (1-D, or
+    over kh x kw windows in 2-D, k their size), with torch's ``AvgPool`` conventions: stride = the window by
+    default, zero padding counted in the mean (``count_include_pad=True``).
+
+    No weights: it is linear in its input, per channel, so at infinite channels every second moment maps by
+    the double window sum (each side of the pair has its own window),
+
+        A'[(x, p), (x', p')] = 1/k^2 sum_{j, j'} A[(x, s p + j - o), (x', s p' + j' - o)],
+
+    and B, TA, TB alike (Novak et al. 2019, section 3.2; neural-tangents' ``stax.AvgPool``). The pooled
+    variance depends on the covariance between positions, which the single-input recursion does not carry:
+    the solvers refuse a tree with it (:class:`~.base.NoScalarRecursion`); :func:`meanfield.kernels` maps it.
+    """
+
+    kernel_size: tuple = (2,)
+    stride: int | None = None
+    padding: str = "valid"
+    axis = "positions"
+    dilation = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "kernel_size", _kernel_size(self.kernel_size))
+        check_choice("padding", self.padding, PADDINGS)
+        if self.padding != "valid" and any(k % 2 == 0 for k in self.kernel_size):
+            raise ValueError(f"kernel_size={self.kernel_size} with padding={self.padding!r}: an even window pads "
+                             "its two edges unequally; use an odd kernel_size, or padding='valid'")
+        if self.stride is not None:
+            object.__setattr__(self, "stride", int(check_int("stride", self.stride, 1)))
+        elif len(set(self.kernel_size)) > 1:
+            raise ValueError(f"avg_pool({self.kernel_size}): give the stride of a window that is not square")
+
+    @property
+    def position_dims(self) -> int:
+        return len(self.kernel_size)
+
+    @property
+    def step(self) -> int:
+        """The stride (the window's size when not given, as torch)."""
+        return self.kernel_size[0] if self.stride is None else self.stride
+
+    def forward(self, s):
+        raise NoScalarRecursion(f"{self.short()}: a pooled variance depends on the covariance between positions, "
+                                "which the single-input recursion does not carry; meanfield.kernels maps it")
+
+    def chi(self, s):
+        self.forward(s)
+
+    def gram_tokens(self, s, walk):
+        """Over (input, position) pairs (``s`` a :class:`~.state.TokenSignal`): the double window mean of the
+        class notes for A, B, TA and TB; the gap is not carried (G -> None)."""
+        grid = s.grid or (s.A.shape[1],)
+        out, taps, pads = _layout(self, grid)
+        k2 = math.prod(self.kernel_size) ** 2
+        T_out = math.prod(out)
+        D = self.position_dims
+
+        def pooled(M):
+            if M is None:
+                return None
+            M = _padded(M, grid, pads, self.padding)
+            for i, idx in enumerate(taps):
+                M = sum(np.take(M, j, axis=1 + i) for j in idx)
+                M = sum(np.take(M, j, axis=2 + D + i) for j in idx)
+            return M.reshape(M.shape[0], T_out, M.shape[0], T_out) / k2
+
+        return replace(s, A=pooled(s.A), B=pooled(s.B), TA=pooled(s.TA), TB=pooled(s.TB), G=None, grid=out)
+
+    def short(self, num=format_number):
+        args = [str(self.kernel_size[0]) if self.position_dims == 1 else str(self.kernel_size)]
+        args += [] if self.stride is None else [f"stride={self.stride}"]
+        args += [] if self.padding == "valid" else [f"padding={self.padding!r}"]
+        return f"avg_pool({', '.join(args)})"
+
+    def to_json(self):
+        ks = self.kernel_size
+        return {"type": "AvgPool", "kernel_size": ks[0] if len(ks) == 1 else list(ks), "stride": self.stride,
+                "padding": self.padding}
+
+    @classmethod
+    def from_json(cls, fields, path, read_tree):
+        unknown = set(fields) - {"kernel_size", "stride", "padding"}
+        if unknown:
+            raise ValueError(f"{path}: AvgPool has no field(s) {sorted(unknown)}; allowed: "
+                             "['kernel_size', 'padding', 'stride']")
+        return cls(**fields)
+
+    def torch_forward(self, z, ctx):
+        """The mean over each window (primal and tangents alike: the map is linear), zeros counted."""
+        windows, out_grid = _windows(self, z, ctx)
+        I, P, Sl, B, T, N = z.shape
+        y = sum(windows) / len(windows)
+        _set_grid(ctx, out_grid)
+        return y.reshape(I, P, Sl, B, math.prod(out_grid), N)
+
+
+def avg_pool(kernel_size=2, stride=None, padding: str = "valid") -> AvgPool:
+    """Average pooling along the positions at infinite channels (:class:`AvgPool`).
+
+    ``kernel_size``: an int (1-D) or a pair (2-D); ``stride``: the window's
+    size by default, as torch; ``padding``: 'valid' (torch's default),
+    'same' (zeros, counted in the mean as torch's ``count_include_pad``) or
+    'circular'.
+    """
+    return AvgPool(_kernel_size(kernel_size), stride, padding)
+
+
+def _layout(node, grid) -> tuple:
+    """A window layer's (conv, pool) geometry on positions of shape ``grid``: (the output grid, per axis the
+    input index of each tap into the padded axis, per axis the padding on each side). torch's output size:
+    floor((n + 2 pad - d (k - 1) - 1) / s) + 1, pad = d (k - 1) / 2 ('same', 'circular') or 0 ('valid')."""
+    grid = tuple(int(g) for g in grid)
+    if len(grid) != node.position_dims:
+        raise ValueError(f"{node.short()} is {node.position_dims}-D; the inputs have {len(grid)}-D positions {grid}")
+    d, s, out, taps, pads = node.dilation, getattr(node, "step", node.stride), [], [], []
+    for n, k in zip(grid, node.kernel_size):
+        pad = 0 if node.padding == "valid" else d * (k - 1) // 2
+        span = n + 2 * pad - d * (k - 1)          # start positions where the window fits in the padded axis
+        if span < 1:
+            raise ValueError(f"{node.short()} needs at least {d * (k - 1) + 1} positions, got {n}")
+        n_out = (span - 1) // s + 1
+        out.append(n_out)
+        taps.append([s * np.arange(n_out) + d * j for j in range(k)])
+        pads.append(pad)
+    return tuple(out), taps, pads
+
+
+def _padded(M, grid, pads, padding):
+    """An (n, T, n, T) state as (n, *grid, n, *grid), each position axis padded on both sides (zeros, or
+    wrapped for 'circular')."""
+    n = M.shape[0]
+    M = M.reshape((n,) + tuple(grid) + (n,) + tuple(grid))
+    if any(pads):
+        width = [(0, 0)] + [(p, p) for p in pads]
+        M = np.pad(M, width * 2, mode="wrap" if padding == "circular" else "constant")
+    return M
+
+
+def _windows(node, z, ctx):
+    """The windows of a window layer over the (I, P, S, B, T, N) layout: a list, one tensor of shape
+    (I, P, S, B, *out_grid, N) per tap (row-major), and the output grid. The positions' shape is ``ctx.grid``
+    (None: one axis of T); padding by index, so a circular pad wraps however many times it must."""
+    import torch
+
+    I, P, Sl, B, T, N = z.shape
+    grid = tuple(getattr(ctx, "grid", None) or (T,))
+    if math.prod(grid) != T:
+        raise ValueError(f"{node.short()}: the position grid {grid} does not hold the {T} positions")
+    out_grid, taps, pads = _layout(node, grid)
+    z = z.reshape((I, P, Sl, B) + grid + (N,))
+    for i, (n, pad) in enumerate(zip(grid, pads)):
+        if not pad:
+            continue
+        if node.padding == "circular":
+            z = z.index_select(4 + i, torch.arange(-pad, n + pad, device=z.device) % n)
+        else:
+            shape = list(z.shape)
+            shape[4 + i] = pad
+            zero = z.new_zeros(shape)
+            z = torch.cat([zero, z, zero], dim=4 + i)
+    windows = []
+    for tap in itertools.product(*taps):
+        sub = z
+        for i, idx in enumerate(tap):
+            sub = sub.index_select(4 + i, torch.as_tensor(idx, device=z.device))
+        windows.append(sub)
+    return windows, out_grid
+
+
+def _set_grid(ctx, grid):
+    """Record the output positions' shape on the pass's context where the next layer needs it."""
+    if len(grid) > 1 or getattr(ctx, "grid", None) is not None:
+        ctx.grid = grid
 
 
 def _kernel_size(k) -> tuple:
