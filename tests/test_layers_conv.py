@@ -22,22 +22,22 @@ def _diag(M):
     return np.einsum("atat->at", M)
 
 
-@pytest.mark.parametrize("param", ["ntk", "standard"])
-def test_kernel_size_one_is_the_mlp_on_the_positions(param):
-    """conv(1) mixes the channels of each position only: the (nT) x (nT) state is the MLP Gram matrix of the
-    flattened positions (NNGP and NTK), the readout its mean over positions."""
+def test_kernel_size_one_is_the_mlp_on_the_positions():
+    """conv(1) mixes the channels of each position only: in both parameterisations the (nT) x (nT) state is
+    the MLP Gram matrix of the flattened positions (NNGP and NTK), the readout its mean over positions."""
     rng = np.random.default_rng(2)
     n, T, d = 3, 4, 10
     x = rng.standard_normal((n, T, d)) * rng.uniform(0.5, 2, size=(n, T, 1))
     net = mf.Network(mf.residual(mf.layer_norm(), mf.conv(1), mf.act("gelu"), mf.conv(1), mu=0.6))
     mlp = mf.Network(mf.residual(mf.layer_norm(), mf.dense(), mf.act("gelu"), mf.dense(), mu=0.6))
-    kw = dict(depth=5, sigma_w=1.2, sigma_b=0.3, parameterization=param, width=100.0)
-    r = kernels(mlp, x.reshape(n * T, d), **kw)
-    st = token_state(net, x, kw["depth"], 1.2, 0.3, parameterization=param, width=100.0)
-    np.testing.assert_allclose(st["A"].reshape(n * T, n * T), r.nngp, rtol=1e-13)
-    np.testing.assert_allclose(st["TA"].reshape(n * T, n * T), r.ntk, rtol=1e-13)
-    k = kernels(net, x, **kw)
-    np.testing.assert_allclose(k.nngp, r.nngp.reshape(n, T, n, T).mean(axis=(1, 3)), rtol=1e-13)
+    for param in ("ntk", "standard"):
+        kw = dict(depth=5, sigma_w=1.2, sigma_b=0.3, parameterization=param, width=100.0)
+        rows = kernels(mlp, x.reshape(n * T, d), **kw)
+        st = token_state(net, x, 5, 1.2, 0.3, parameterization=param, width=100.0)
+        for got, want in ((st["A"], rows.nngp), (st["TA"], rows.ntk)):
+            np.testing.assert_allclose(got.reshape(n * T, n * T), want, rtol=1e-13)
+        pooled = rows.nngp.reshape(n, T, n, T).mean(axis=(1, 3))
+        np.testing.assert_allclose(kernels(net, x, **kw).nngp, pooled, rtol=1e-13)
 
 
 @pytest.mark.slow
