@@ -28,7 +28,8 @@ from .combinators import Chain, Residual, residual, serial
 from .conv import AvgPool, Conv, avg_pool, conv
 from .elementwise import ActivationLayer, Scale, act, scale
 from .linear import Dense, dense
-from .norms import (BatchNorm, GroupNorm, LayerNorm, LayerNormPost, LayerNormPre, RMSNorm, batch_norm, group_norm,
+from .norms import (BatchNorm, GroupNorm, LayerNorm, LayerNormImage, LayerNormPost, LayerNormPre, RMSNorm, batch_norm,
+                    group_norm,
                     layer_norm, rms_norm)
 from .state import GramSignal, Signal, TokenSignal
 from .trees import primitive_classes, tree_from_json, tree_to_json
@@ -36,7 +37,7 @@ from .trees import primitive_classes, tree_from_json, tree_to_json
 __all__ = [
     "AXES", "Primitive", "short", "Signal", "GramSignal", "TokenSignal",
     "Dense", "dense", "Conv", "conv", "AvgPool", "avg_pool", "ActivationLayer", "act", "Scale", "scale",
-    "LayerNormPre", "LayerNorm", "LayerNormPost", "GroupNorm", "RMSNorm", "BatchNorm", "layer_norm", "group_norm",
+    "LayerNormPre", "LayerNorm", "LayerNormPost", "LayerNormImage", "GroupNorm", "RMSNorm", "BatchNorm", "layer_norm", "group_norm",
     "rms_norm", "batch_norm",
     "Chain", "Residual", "serial", "residual",
     "mlp_block", "resmlp_block", "mixer_block", "mlp", "resmlp", "mixer",

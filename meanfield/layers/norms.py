@@ -18,7 +18,7 @@ from .._validate import check_choice
 from .base import AXES, Primitive, format_number, require_gaussian, short
 from .state import Signal
 
-__all__ = ["LayerNormPre", "LayerNorm", "LayerNormPost", "GroupNorm", "RMSNorm", "BatchNorm", "layer_norm",
+__all__ = ["LayerNormPre", "LayerNorm", "LayerNormPost", "LayerNormImage", "GroupNorm", "RMSNorm", "BatchNorm", "layer_norm",
            "group_norm", "rms_norm", "batch_norm"]
 
 
@@ -387,11 +387,71 @@ def layer_norm(position: str = "auto", axis: str = "features") -> Primitive:
 
     ``position='auto'`` reads pre/post from the signal it receives (a
     preactivation or phi(h)); 'pre' and 'post' insist on one (a 'pre'
-    LayerNorm after an activation is an error).
+    LayerNorm after an activation is an error). ``axis``: what it normalises
+    over, 'features' (each token's channels), 'tokens', 'channels' (the
+    Mixer's), or 'positions': the channels and positions of each input
+    together, torch's ``nn.LayerNorm([C, H, W])`` (:class:`LayerNormImage`;
+    position 'auto' only).
     """
     check_choice("position", position, ("auto", "pre", "post"))
-    check_choice("axis", axis, AXES)
+    check_choice("axis", axis, AXES + ("positions",))
+    if axis == "positions":
+        if position != "auto":
+            raise ValueError(f"layer_norm(position={position!r}, axis='positions'): a LayerNorm over channels and "
+                             "positions reads pre or post from its input; leave position='auto'")
+        return LayerNormImage()
     return {"auto": LayerNorm, "pre": LayerNormPre, "post": LayerNormPost}[position](axis=axis)
+
+
+@dataclass(frozen=True, repr=False)
+class LayerNormImage(LayerNorm):
+    r"""LayerNorm over the channels and positions of each input together (torch's ``nn.LayerNorm([C, H, W])``,
+    or ``nn.GroupNorm(1, C)``): y_{c,p} = (z_{c,p} - mu_x) / s_x with mu_x, s_x^2 the mean and variance of
+    z(x) over all channels and positions.
+
+    At infinite channels mu_x is the position mean of the part common to all channels (covariance B of the
+    :class:`~.state.TokenSignal`), and s_x deterministic, so for the one-channel and the two-channel
+    covariances alike (M = A or B; the NTK's TA, TB with TB in place of B)
+
+        M' = (M - <B>_left - <B>_right + <B>_both) / (s_x s_x'),   s_x^2 = <A_pp(x)>_p - <B(x, x)>_both,
+
+    <.>_left the mean over the first position index, <.>_right over the second. The NTK drops the rank-one
+    terms of the divisor's Jacobian, O(1/N) per unit, as the feature LayerNorm does. On inputs whose
+    statistics are the same at every position (circular or valid convolutions) B = m^2 everywhere and the map
+    is :class:`LayerNorm`'s, (K, K12, m) -> (1, (K12 - m^2) / (K - m^2)), chi = 1 / (K - m^2): the solvers use
+    that (inherited), and zero padding makes its tree refuse them anyway.
+    """
+
+    axis: str = "positions"
+
+    def gram_tokens(self, s, walk):
+        """Over (input, position) pairs: the map of the class notes; the gap is not carried (G -> None)."""
+        n, T = s.A.shape[:2]
+
+        def centred(M, common):
+            left = common.mean(axis=1, keepdims=True)
+            right = common.mean(axis=3, keepdims=True)
+            both = common.mean(axis=(1, 3), keepdims=True)
+            return M - left - right + both
+
+        var = s.variances.mean(axis=1) - np.einsum("aqar->a", s.B) / T**2
+        r = np.sqrt(var)[:, None, None, None] * np.sqrt(var)[None, None, :, None]
+        return replace(s, A=centred(s.A, s.B) / r, B=centred(s.B, s.B) / r,
+                       TA=None if s.TA is None else centred(s.TA, s.TB) / r,
+                       TB=None if s.TB is None else centred(s.TB, s.TB) / r, G=None)
+
+    @classmethod
+    def from_torch_module(cls, module, value, where):
+        return None   # nn.LayerNorm is read by LayerNorm (over the features)
+
+    def short(self, num=format_number):
+        return "layer_norm(axis='positions')"
+
+    def torch_forward(self, z, ctx):
+        """(h - mean) / std over the positions and channels of each input, with its exact JVP."""
+        from ..torch import context as C
+
+        return C.normalise(z, (-2, -1))
 
 
 def rms_norm() -> RMSNorm:
