@@ -107,13 +107,15 @@ Cost: the state is four (nT)^2 float64 arrays (n = 20 images of 64 tokens:
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .._validate import check_choice
 from ..layers.state import TokenSignal
 from .pair_maps import _NEAR, _cached, _compile_layers, _full, _input_gap, _lambdify, _naive_gap, _values
 
-__all__ = ["token_kernels", "token_inputs", "token_state", "TokenWalk"]
+__all__ = ["token_kernels", "token_inputs", "token_state", "token_jacobians", "TokenWalk"]
 
 
 def token_inputs(name, x, position_dims=1):
@@ -310,6 +312,62 @@ def token_state(arch, x, depth, sigma_w, sigma_b, parameterization="ntk", ntk=Tr
     s, _ = _run(spec, token_inputs("x", x, spec.position_dims), int(depth), float(sigma_w), float(sigma_b),
                 parameterization, bool(ntk), 1.0 if width is None else float(width))
     return {"A": s.A, "B": s.B, "TA": s.TA, "TB": s.TB}
+
+
+def token_jacobians(arch, x, depth, sigma_w, sigma_b):
+    r"""Partial Jacobians of a tree over positions (convolutions, pooling, token blocks) on given inputs.
+
+    The APJN (partial-Jacobian paper eq. 3) of one input x, J^{l0,l} = 1/N_l sum_{i,j} E[(dh^l_i / dh^{l0}_j)^2],
+    units i, j over (channel, position). At infinite channels the Jacobian between positions of one input,
+    V[p, q] = 1/C sum_c sum_j (dh_{c,p} / dh^{l0}_j)(dh_{c,q} / dh^{l0}_j) (V = I at l0), maps linearly from
+    layer to layer, as the NTK's backward part does, by rules the primitives apply beside their kernel rules
+    (``TokenSignal.J``): a dense layer multiplies it by sigma_w^2; a convolution sums V[p + t, q + t] over its
+    taps t with weight sigma_w^2 / k (the same tap on both sides: a channel's weights are shared by the
+    positions; zeros beyond zero-padded edges); pooling sums V[p + j, q + j'] over every pair of taps, / k^2;
+    a token-mixing layer gives sigma_w^2 times the token mean of diag V on the diagonal; phi multiplies V[p, q]
+    by E[phi'(h_p) phi'(h_q)] (the two positions' joint Gaussian); a LayerNorm divides by its divisors; a
+    residual adds mu^2 times its input's (eq. 14 per pair of positions; the cross terms vanish with the
+    fresh weights ending a branch). J^{l0,l} is the mean of diag V.
+
+    The per-block factor J^{l,l+1} starts from V = I; over several blocks the off-diagonal V that pooling (or
+    any map mixing positions with shared weights) builds makes J^{l0,l} differ from the product of the
+    per-block factors (tests/test_gram_jacobians.py shows a chain whose J^{1,20} ~ 3 while every factor is
+    below 0.6). The Mixer's limits are those of its kernels (module notes).
+
+    ``x``: inputs (n, T, d) or (n, H, W, d) as for :func:`meanfield.kernels`. Returns a dict of float64
+    arrays: ``chi_J`` (depth, n), J^{l,l+1} for l = 1..depth; ``J`` (depth, n), J^{1,l} for l = 1..depth
+    (1 at l = 1); ``profile`` (n, T_last), diag V of the last block from V = I: the per-position factor,
+    whose spread shows where the edges differ from the middle.
+    """
+    from ..calculus import as_architecture
+
+    spec = as_architecture(arch)
+    if not spec.has_tokens:
+        raise ValueError("arch has no positions or tokens; use meanfield.chi_J for an MLP")
+    depth = int(depth)
+    if depth < 1:
+        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    x = token_inputs("x", x, spec.position_dims)
+    grid = x.shape[1:-1]
+    rows = x.reshape(x.shape[0], -1, x.shape[-1])
+    n, T, d = rows.shape
+    sw, sb = float(sigma_w), float(sigma_b)
+    dots = np.einsum("atk,bsk->atbs", rows, rows)
+    A = sw**2 * dots / d + sb**2
+    s = TokenSignal(A, np.zeros_like(A), None, None, grid=grid, J=np.eye(T)[None, :, :, None].repeat(n, 0))
+    walk = TokenWalk(_values(spec), "ntk", False, sw, sb, 1.0)
+    block = spec.block_spec()
+    chi, J = [], [np.ones(n)]
+    with np.errstate(all="ignore"):
+        for _ in range(depth):
+            eye = np.eye(s.J.shape[1])[None, :, :, None].repeat(n, 0)
+            s = block.gram_tokens(replace(s, J=np.concatenate([eye, s.J], axis=3)), walk)
+            diag = np.einsum("appw->apw", s.J)
+            chi.append(diag[..., 0].mean(axis=1))
+            J.append(diag[..., 1].mean(axis=1))
+            profile = diag[..., 0]
+            s = replace(s, J=s.J[..., 1:])
+    return {"chi_J": np.array(chi), "J": np.array(J[:depth]), "profile": profile}
 
 
 def token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, width, per_layer):

@@ -156,6 +156,7 @@ class Residual(Primitive):
         if out.G is not None and s.G is not None:
             G = out.G if m2 == 0 else walk.sum_gap(out.A, out.G, m2 * s.A, s.G)
         return replace(s, A=out.A + m2 * s.A, B=out.B + m2 * s.B, TA=None if s.TA is None else out.TA + m2 * s.TA,
+                       J=None if s.J is None else out.J + m2 * s.J,
                        TB=None if s.TB is None else out.TB + m2 * s.TB, gaussian=True, G=G)
 
     def children(self):

@@ -140,7 +140,9 @@ class Conv(Primitive):
         if walk.ntk:
             own = A if walk.parameterization == "ntk" else walk.width * patch + 1.0
             TA, TB = own + (sw2 / k) * self._patch_sum(s.TA, grid)[0], np.zeros_like(A)
-        return replace(s, A=A, B=np.zeros_like(A), TA=TA, TB=TB, gaussian=True, G=None, grid=out)
+        # each output unit sees the k taps of the C channels through weights of variance sw^2 / (k C)
+        J = None if s.J is None else (sw2 / k) * _window_sum(s.J, grid, self, paired=True)
+        return replace(s, A=A, B=np.zeros_like(A), TA=TA, TB=TB, gaussian=True, G=None, grid=out, J=J)
 
     def short(self, num=format_number):
         args = [str(self.kernel_size[0]) if self.position_dims == 1 else str(self.kernel_size)]
@@ -260,7 +262,9 @@ class AvgPool(Primitive):
                 M = sum(np.take(M, j, axis=2 + D + i) for j in idx)
             return M.reshape(M.shape[0], T_out, M.shape[0], T_out) / k2
 
-        return replace(s, A=pooled(s.A), B=pooled(s.B), TA=pooled(s.TA), TB=pooled(s.TB), G=None, grid=out)
+        # each output unit is the mean of k units of its channel: (1/k^2) sum_{j, j'} J[p + j, q + j']
+        J = None if s.J is None else _window_sum(s.J, grid, self, paired=False) / k2
+        return replace(s, A=pooled(s.A), B=pooled(s.B), TA=pooled(s.TA), TB=pooled(s.TB), G=None, grid=out, J=J)
 
     def short(self, num=format_number):
         args = [str(self.kernel_size[0]) if self.position_dims == 1 else str(self.kernel_size)]
@@ -330,6 +334,32 @@ def _padded(M, grid, pads, padding):
         width = [(0, 0)] + [(p, p) for p in pads]
         M = np.pad(M, width * 2, mode="wrap" if padding == "circular" else "constant")
     return M
+
+
+def _window_sum(J, grid, node, paired):
+    """Window sums of a per-input array over pairs of positions J (n, T, T, m), padded as ``node`` pads:
+    the same tap on both positions (``paired``: a convolution's shared weights) or every pair of taps
+    (pooling); (n, T', T', m)."""
+    n, m, D = J.shape[0], J.shape[-1], len(grid)
+    out, taps, pads = _layout(node, grid)
+    J = J.reshape((n,) + tuple(grid) * 2 + (m,))
+    if any(pads):
+        width = [(0, 0)] + [(p, p) for p in pads] * 2 + [(0, 0)]
+        J = np.pad(J, width, mode="wrap" if node.padding == "circular" else "constant")
+    if paired:
+        total = 0.0
+        for tap in itertools.product(*taps):
+            sub = J
+            for i, idx in enumerate(tap):
+                sub = np.take(np.take(sub, idx, axis=1 + i), idx, axis=1 + D + i)
+            total = total + sub
+    else:
+        total = J
+        for i, idx in enumerate(taps):
+            total = sum(np.take(total, j, axis=1 + i) for j in idx)
+            total = sum(np.take(total, j, axis=1 + D + i) for j in idx)
+    T_out = math.prod(out)
+    return total.reshape(n, T_out, T_out, m)
 
 
 def _windows(node, z, ctx):

@@ -72,7 +72,12 @@ class ActivationLayer(Primitive):
             if TA is not None:
                 TA = np.where(near, TA_gap, TA)
             G = walk.settle(G_gap, A)
-        return replace(s, A=A, B=B, TA=TA, TB=TB, gaussian=False, G=G)
+        J = None
+        if s.J is not None:
+            # through phi: E[phi'(h_p) phi'(h_q)] for the two positions of one input (the derivative map)
+            C = s.same_input
+            J = s.jacobian_times(pair(d[:, :, None], d[:, None, :], C, np.ones_like(C))[1])
+        return replace(s, A=A, B=B, TA=TA, TB=TB, gaussian=False, G=G, J=J)
 
     @classmethod
     def from_torch_module(cls, module, value, where):

@@ -84,8 +84,9 @@ class Dense(Primitive):
         if walk.ntk:
             own = A if walk.parameterization == "ntk" else walk.width * s.A + 1.0
             TA, TB = own + sw2 * s.TA, np.zeros_like(A)
+        # each output unit sees the C channels of its position through weights of variance sw^2 / C
         return replace(s, A=A, B=np.zeros_like(A), TA=TA, TB=TB, gaussian=True,
-                       G=walk.bias_gap(sw2 * s.A, s.G, sb2))
+                       G=walk.bias_gap(sw2 * s.A, s.G, sb2), J=None if s.J is None else sw2 * s.J)
 
     @classmethod
     def from_torch_module(cls, module, value, where):
@@ -194,7 +195,12 @@ def _token_dense(s, walk, sw2, sb2):
             oA, oB = T * mA + 1.0, T * mB + 1.0
         TA = _token_diagonal(oA + sw2 * _token_mean(s.TA), T)
         TB = _token_diagonal(oB + sw2 * _token_mean(s.TB), T)
-    return replace(s, A=A, B=B, TA=TA, TB=TB, gaussian=True, G=G)
+    # each output token sees the T tokens of its channel through its own row of weights of variance sw^2 / T
+    J = None
+    if s.J is not None:
+        mass = sw2 * np.einsum("attw->aw", s.J) / T
+        J = np.eye(T)[None, :, :, None] * mass[:, None, None, :]
+    return replace(s, A=A, B=B, TA=TA, TB=TB, gaussian=True, G=G, J=J)
 
 
 def dense(sigma_w=None, sigma_b=None, axis: str = "features") -> Dense:

@@ -71,7 +71,7 @@ def _channel_norm_tokens(norm, s):
     # dividing keeps the gap; subtracting a nonzero B would cancel in it (not carried)
     G = s.G if (s.G is not None and not np.any(s.B)) else None
     return replace(s, A=(s.A - s.B) / d, B=Z, TA=None if s.TA is None else (s.TA - s.TB) / d,
-                   TB=None if s.TA is None else Z.copy(), G=G)
+                   TB=None if s.TA is None else Z.copy(), G=G, J=s.jacobian_times(1 / (r[:, :, None] * r[:, None, :])))
 
 
 @dataclass(frozen=True, repr=False)
@@ -436,7 +436,7 @@ class LayerNormImage(LayerNorm):
 
         var = s.variances.mean(axis=1) - np.einsum("aqar->a", s.B) / T**2
         r = np.sqrt(var)[:, None, None, None] * np.sqrt(var)[None, None, :, None]
-        return replace(s, A=centred(s.A, s.B) / r, B=centred(s.B, s.B) / r,
+        return replace(s, A=centred(s.A, s.B) / r, B=centred(s.B, s.B) / r, J=s.jacobian_times(1 / var),
                        TA=None if s.TA is None else centred(s.TA, s.TB) / r,
                        TB=None if s.TB is None else centred(s.TB, s.TB) / r, G=None)
 

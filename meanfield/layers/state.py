@@ -171,6 +171,10 @@ class TokenSignal:
     G: np.ndarray | None = None
     #: the shape of the positions, T = prod(grid): (T,) for a sequence, (H, W) for an image (None: (T,))
     grid: tuple | None = None
+    #: the partial Jacobian between positions, per input, shape (n, T, T, m) for m walks (None: not carried):
+    #: J[x, p, q] = (1/C) sum_c sum_j (d z_{c,p}(x) / d h_j) (d z_{c,q}(x) / d h_j) over the units j of the layer
+    #: where it started as the identity (J = I); the APJN is the mean of its diagonal
+    J: np.ndarray | None = None
 
     @staticmethod
     def diagonal(M) -> np.ndarray:
@@ -184,6 +188,19 @@ class TokenSignal:
         return self.diagonal(self.A)
 
     def scaled(self, c: float) -> "TokenSignal":
-        """Every second moment times ``c`` (a rescaling: the gap stays)."""
-        return replace(self, **{k: None if M is None else c * M
-                                for k, M in (("A", self.A), ("B", self.B), ("TA", self.TA), ("TB", self.TB))})
+        """Every second moment, and the Jacobian mass, times ``c`` (a rescaling: the gap stays)."""
+        return replace(self, **{k: None if M is None else c * M for k, M in (
+            ("A", self.A), ("B", self.B), ("TA", self.TA), ("TB", self.TB), ("J", self.J))})
+
+    def jacobian_times(self, f):
+        """The Jacobian between positions times a factor per input (n,) or per pair of positions (n, T, T);
+        None if not carried."""
+        if self.J is None:
+            return None
+        f = np.asarray(f)
+        return self.J * (f[:, None, None, None] if f.ndim == 1 else f[..., None])
+
+    @property
+    def same_input(self) -> np.ndarray:
+        """A[x, p, x, q], the covariance between the positions of each input, shape (n, T, T)."""
+        return np.einsum("apaq->apq", self.A)
