@@ -117,13 +117,7 @@ class Conv(Primitive):
         """sum over the taps of M[:, p + shift, :, p' + shift], padded as the layer pads; (n, T', n, T')."""
         n, D = M.shape[0], self.position_dims
         out, taps, pads = self.layout(grid)
-        M = _padded(M, grid, pads, self.padding)
-        total = 0.0
-        for tap in itertools.product(*taps):
-            sub = M
-            for i, idx in enumerate(tap):
-                sub = np.take(np.take(sub, idx, axis=1 + i), idx, axis=2 + D + i)
-            total = total + sub
+        total = _sum_windows(_padded(M, grid, pads, self.padding), taps, 1, 2 + D, paired=True)
         T_out = math.prod(out)
         return total.reshape(n, T_out, n, T_out), out
 
@@ -256,10 +250,7 @@ class AvgPool(Primitive):
         def pooled(M):
             if M is None:
                 return None
-            M = _padded(M, grid, pads, self.padding)
-            for i, idx in enumerate(taps):
-                M = sum(np.take(M, j, axis=1 + i) for j in idx)
-                M = sum(np.take(M, j, axis=2 + D + i) for j in idx)
+            M = _sum_windows(_padded(M, grid, pads, self.padding), taps, 1, 2 + D, paired=False)
             return M.reshape(M.shape[0], T_out, M.shape[0], T_out) / k2
 
         # each output unit is the mean of k units of its channel: (1/k^2) sum_{j, j'} J[p + j, q + j']
@@ -346,20 +337,26 @@ def _window_sum(J, grid, node, paired):
     if any(pads):
         width = [(0, 0)] + [(p, p) for p in pads] * 2 + [(0, 0)]
         J = np.pad(J, width, mode="wrap" if node.padding == "circular" else "constant")
-    if paired:
-        total = 0.0
-        for tap in itertools.product(*taps):
-            sub = J
-            for i, idx in enumerate(tap):
-                sub = np.take(np.take(sub, idx, axis=1 + i), idx, axis=1 + D + i)
-            total = total + sub
-    else:
-        total = J
-        for i, idx in enumerate(taps):
-            total = sum(np.take(total, j, axis=1 + i) for j in idx)
-            total = sum(np.take(total, j, axis=1 + D + i) for j in idx)
     T_out = math.prod(out)
-    return total.reshape(n, T_out, T_out, m)
+    return _sum_windows(J, taps, 1, 1 + D, paired).reshape(n, T_out, T_out, m)
+
+
+def _sum_windows(X, taps, left, right, paired):
+    """Window sums over two groups of position axes of X (the first axis of each: ``left``, ``right``; ``taps``
+    per position axis, from :func:`_layout`): the same tap on both groups (``paired``: a convolution's weights,
+    shared by the positions) or every pair of taps (pooling)."""
+    if not paired:
+        for i, idx in enumerate(taps):
+            X = sum(np.take(X, j, axis=left + i) for j in idx)
+            X = sum(np.take(X, j, axis=right + i) for j in idx)
+        return X
+    total = 0.0
+    for tap in itertools.product(*taps):
+        sub = X
+        for i, idx in enumerate(tap):
+            sub = np.take(np.take(sub, idx, axis=left + i), idx, axis=right + i)
+        total = total + sub
+    return total
 
 
 def _windows(node, z, ctx):
