@@ -23,7 +23,7 @@ blocks, then the mean over positions):
 * ``layer_norm(axis='positions')`` before phi: ``LayerNorm(axis=(1, 2, 3), eps=0)`` (neural-tangents'
   LayerNorm needs a Gaussian input: pre-activation only);
 * residual ``h <- mu h + branch(h)``: ``FanOut(2), parallel(DotGeneral(lhs=mu), branch), FanInSum``;
-* read-out: ``GlobalAvgPool()``.
+* read-out: ``GlobalAvgPool()`` (``readout='mean'``) or ``Flatten()`` (``readout='flatten'``).
 
 Strides are compared where torch's symmetric padding and TensorFlow's 'SAME' (extra pad at the end)
 place the windows alike (odd sizes). Reported: the largest relative difference over all entries,
@@ -102,7 +102,7 @@ def block(kind, phi, mu, sw, sb, param):
             mf.Network(mf.residual(*ours, mu=mu)))
 
 
-CASES = [  # (block, activation, mu, sigma_w, sigma_b, depth)
+CASES = [  # (block, activation, mu, sigma_w, sigma_b, depth[, read-out])
     ("conv-same", "relu", 0.8, 1.3, 0.2, 6),
     ("conv-same", "erf", None, 1.6, 0.1, 4),
     ("conv-same", "gelu", 0.9, 1.2, 0.3, 10),
@@ -111,6 +111,9 @@ CASES = [  # (block, activation, mu, sigma_w, sigma_b, depth)
     ("ln-conv", "gelu", 0.9, 1.5, 0.1, 6),
     ("valid-strided", "relu", None, 1.4, 0.1, 2),
     ("same-strided", "erf", None, 1.4, 0.1, 3),
+    ("conv-same", "relu", 0.8, 1.3, 0.2, 6, "flatten"),
+    ("pool-conv", "gelu", 0.7, 1.2, 0.3, 5, "flatten"),
+    ("conv-circular", "erf", None, 1.5, 0.2, 4, "flatten"),
 ]
 
 
@@ -122,19 +125,21 @@ def rel(a, b):
 def table():
     x = images()
     rows, worst = [], 0.0
-    for kind, phi, mu, sw, sb, depth in CASES:
+    for kind, phi, mu, sw, sb, depth, *rest in CASES:
+        readout = rest[0] if rest else "mean"
         for param in ("ntk", "standard"):
             nt_block, ours = block(kind, phi, mu, sw, sb, param)
             inp = stax.Conv(WIDTH, (1, 1), W_std=sw, b_std=sb, parameterization=param)
-            _, _, kernel_fn = stax.serial(inp, *[nt_block] * (depth - 1), stax.GlobalAvgPool())
+            head = stax.Flatten() if readout == "flatten" else stax.GlobalAvgPool()
+            _, _, kernel_fn = stax.serial(inp, *[nt_block] * (depth - 1), head)
             k = kernel_fn(x, x, ("nngp", "ntk"))
             r = mf.kernels(ours, x, depth=depth, sigma_w=sw, sigma_b=sb, parameterization=param,
-                           width=float(WIDTH) if param == "standard" else None)
+                           width=float(WIDTH) if param == "standard" else None, readout=readout)
             e = (rel(r.nngp, k.nngp), rel(r.ntk, k.ntk))
             worst = max(worst, *e)
             rows.append(dict(block=kind, activation=phi, mu=mu, sigma_w=sw, sigma_b=sb, depth=depth,
-                             parameterization=param, nngp_rel=e[0], ntk_rel=e[1]))
-            print(f"{kind:14s} {phi:5s} mu={mu!s:5s} sw={sw} sb={sb} depth={depth:2d} {param:8s} "
+                             parameterization=param, readout=readout, nngp_rel=e[0], ntk_rel=e[1]))
+            print(f"{kind:14s} {phi:5s} mu={mu!s:5s} sw={sw} sb={sb} depth={depth:2d} {param:8s} {readout:7s} "
                   f"nngp {e[0]:.1e}  ntk {e[1]:.1e}", flush=True)
     print(f"worst relative difference: {worst:.2e}")
     return rows, worst

@@ -17,7 +17,7 @@ _GETS = ("nngp", "ntk")
 
 
 def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None, parameterization: str = "ntk",
-            get=("nngp", "ntk"), width=None, per_layer: bool = False) -> Kernels:
+            get=("nngp", "ntk"), width=None, per_layer: bool = False, readout: str = "mean") -> Kernels:
     r"""NNGP and NTK Gram matrices of the network's output on inputs of any norms.
 
     Parameters
@@ -50,6 +50,12 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
         parameterisation's NTK, which grows with it.
     per_layer : bool
         Also return the diagonal K^l(x1, x1) of every layer.
+    readout : {'mean', 'flatten'}
+        Inputs with positions (token blocks, convolutions) only: the output
+        is the mean of h^depth over the positions ('mean', global average
+        pooling: K = mean_{p,q} A_pq, as ``stax.GlobalAvgPool``) or all of
+        h^depth, flattened, as a read-out layer of fan-in T C sees it
+        ('flatten': K = mean_p A_pp, as ``stax.Flatten``); the NTK alike.
 
     Returns
     -------
@@ -64,10 +70,16 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
                                                            width)
     want_ntk = "ntk" in get
     width = float(width) if width is not None else None
+    check_choice("readout", readout, ("mean", "flatten"))
     if spec.has_tokens:
-        # token blocks (ResMLP, MLP-Mixer): images (n, T, d), the (nT) x (nT) state of meanfield.gram.tokens
-        K, Th, diag = token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, n_width, per_layer)
-        return Kernels(spec, sw, sb, depth, parameterization, width, K, Th, diag, None)
+        # token blocks (ResMLP, MLP-Mixer) and convolutions: images (n, T, d), the (nT) x (nT) state of
+        # meanfield.gram.tokens
+        K, Th, diag = token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, n_width, per_layer,
+                                    readout)
+        return Kernels(spec, sw, sb, depth, parameterization, width, K, Th, diag, None, readout)
+    if readout != "mean":
+        raise ValueError(f"readout={readout!r} is for inputs with positions (token blocks, convolutions); "
+                         "this network's output has none, so leave readout='mean'")
     a = feature_rows("x1", x1)
     same = x2 is None
     b = a if same else feature_rows("x2", x2)

@@ -21,7 +21,9 @@ class Kernels(Result):
     only, shape (depth - 1,)): the batch's effective size
     tr(PKP)^2 / tr((PKP)^2) at each block's BatchNorm (the smallest when
     there are several); the large-batch limit is exact as it grows, with
-    O(1 / n_eff) corrections per block. Conventions: :mod:`meanfield.gram`.
+    O(1 / n_eff) corrections per block. ``readout``: for inputs with
+    positions, 'mean' (over the positions) or 'flatten'. Conventions:
+    :mod:`meanfield.gram`.
     """
 
     architecture: object
@@ -34,4 +36,5 @@ class Kernels(Result):
     ntk: np.ndarray | None
     nngp_diag: np.ndarray | None = None
     batch_n_eff: np.ndarray | None = None
+    readout: str = "mean"
 

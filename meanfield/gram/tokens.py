@@ -245,7 +245,7 @@ class TokenWalk:
         return pair, (with_gap if fg.carries_gap else None)
 
 
-def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False):
+def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False, readout="mean"):
     """The state after depth - 1 blocks for images x (n, T, d) or (n, H, W, d), and the pooled diagonal per
     layer."""
     grid = x.shape[1:-1]
@@ -258,12 +258,12 @@ def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=Fa
     s = TokenSignal(A, Z, TA, Z.copy() if want_ntk else None, G=_initial_gap(x, dots, sw, sb), grid=grid)
     walk = TokenWalk(_values(spec), parameterization, want_ntk, sw, sb, width)
     block = spec.block_spec()
-    diag = [np.diag(_pooled(s.A)).copy()] if per_layer else None
+    diag = [np.diag(_readout(s.A, readout)).copy()] if per_layer else None
     with np.errstate(all="ignore"):
         for _ in range(depth - 1):
             s = block.gram_tokens(s, walk)
             if per_layer:
-                diag.append(np.diag(_pooled(s.A)).copy())
+                diag.append(np.diag(_readout(s.A, readout)).copy())
     return s, diag
 
 
@@ -288,8 +288,11 @@ def _initial_gap(x, dots, sw, sb):
         return _bias_gap((sw**2 / d) * dots, G, sb**2)
 
 
-def _pooled(M):
-    """The readout's Gram matrix: mean_{t,t'} M[(x,t),(x',t')], shape (n, n)."""
+def _readout(M, readout="mean"):
+    """The read-out's Gram matrix, shape (n, n): of the mean over the positions, mean_{t,t'} M[(x,t),(x',t')]
+    ('mean'), or of the flattened output, mean_t M[(x,t),(x',t)] ('flatten')."""
+    if readout == "flatten":
+        return np.einsum("atbt->ab", M) / M.shape[1]
     return M.mean(axis=(1, 3))
 
 
@@ -370,7 +373,7 @@ def token_jacobians(arch, x, depth, sigma_w, sigma_b):
     return {"chi_J": np.array(chi), "J": np.array(J[:depth]), "profile": profile}
 
 
-def token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, width, per_layer):
+def token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, width, per_layer, readout="mean"):
     """The Gram matrices over images of a token block; the body of :func:`meanfield.kernels` for them.
 
     Returns the tuple (nngp, ntk, nngp_diag) with nngp, ntk of shape (n1, n2)
@@ -386,9 +389,9 @@ def token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, width, per
                          f"{b.shape[1:]}")
     n1 = a.shape[0]
     x = a if same else np.concatenate([a, b])
-    s, diag = _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer)
-    K = _pooled(s.A)
-    Th = _pooled(s.TA) if want_ntk else None
+    s, diag = _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer, readout)
+    K = _readout(s.A, readout)
+    Th = _readout(s.TA, readout) if want_ntk else None
     for name, M in (("nngp", K), ("ntk", Th)):
         if M is not None and not np.all(np.isfinite(M)):
             raise ValueError(f"the {name} kernel is not finite at depth {depth} for sigma_w={sw:g}, sigma_b={sb:g} "

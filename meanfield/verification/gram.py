@@ -81,7 +81,7 @@ class EmpiricalKernels(Result):
 
 def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, width=256, n_init=8,
                       parameterization="ntk", get=("nngp", "ntk"), n_outputs=2, seed=0, device=None,
-                      dtype=torch.float64, ntk_rows=None) -> EmpiricalKernels:
+                      dtype=torch.float64, ntk_rows=None, readout="mean") -> EmpiricalKernels:
     """Empirical NNGP and NTK of the realised network on the rows of x1 (and x2): see the module docs.
 
     Parameters mirror :func:`meanfield.kernels`; ``width`` is the hidden and
@@ -91,13 +91,20 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
     None): compute the NTK on those rows only (``ntk`` is then
     (len(ntk_rows),) * 2), one reverse pass per row and unit, while the
     forward pass runs the whole batch; what a large BatchNorm batch needs.
-    With BatchNorm the batch is the rows of x1 (x2 must be None).
+    With BatchNorm the batch is the rows of x1 (x2 must be None). ``readout``
+    (inputs with positions): the output is the mean of h^depth over the
+    positions ('mean') or h^depth flattened ('flatten', the NNGP
+    h.h' / (T width), the NTK over the first ``n_outputs`` channels at every
+    position), as in :func:`meanfield.kernels`.
     """
     spec = as_architecture(arch)
     tokens = spec.has_tokens
     get, depth, width, n_init, n_outputs, sw, sb = _check_empirical_args(
         spec, parameterization, get, depth, width, n_init, n_outputs, sigma_w, sigma_b)
     want_ntk = "ntk" in get
+    check_choice("readout", readout, ("mean", "flatten"))
+    if readout == "flatten" and not tokens:
+        raise ValueError("readout='flatten' is for inputs with positions (token blocks, convolutions)")
     device = resolve_device(device)
     x, n1, rows = _empirical_batch(spec, x1, x2, ntk_rows)
     grid = tuple(x.shape[1:-1]) if tokens else (1,)
@@ -112,7 +119,11 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
         z = inp(x, ctx)
         for _ in range(depth - 1):
             z = block(z, ctx)
-        # (B, width); token blocks: the readout is the mean over the tokens (meanfield.gram.tokens)
+        # (B, width); token blocks: the readout is the mean over the tokens (meanfield.gram.tokens), or, flattened,
+        # every unit, channel-major, so that the first n_outputs * T units are n_outputs channels at every position
+        if readout == "flatten":
+            h = z[0, 0, 0]
+            return h.transpose(1, 2).reshape(h.shape[0], -1)
         return z[0, 0, 0].mean(-2) if tokens else z[0, 0, 0, :, 0, :]
 
     K_i, T_i = [], []
@@ -122,10 +133,11 @@ def empirical_kernels(arch, x1, x2=None, depth=3, sigma_w=1.0, sigma_b=0.0, widt
         with torch.no_grad():
             h = net(ctx)
         if "nngp" in get:
-            K_i.append((h @ h.T / width).double().cpu().numpy())
+            K_i.append((h @ h.T / h.shape[1]).double().cpu().numpy())
         if want_ntk:
             sel = torch.arange(B) if ntk_rows is None else torch.as_tensor(rows)
-            T_i.append(_empirical_ntk(net, ctx, gen, params, device, dtype, B, sel, n_outputs, parameterization,
+            units = n_outputs * (h.shape[1] // width)     # flattened: the first n_outputs channels, every position
+            T_i.append(_empirical_ntk(net, ctx, gen, params, device, dtype, B, sel, units, parameterization,
                                       sw, sb))
     block_of = (slice(None, n1), slice(None, n1)) if x2 is None else (slice(None, n1), slice(n1, None))
     K, Kse = _mean_and_se(K_i, block_of)
