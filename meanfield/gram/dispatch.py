@@ -67,19 +67,14 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     2019, eqs. 9-10; the layer rules of neural-tangents' ``stax``).
     """
     spec, get, depth, sw, sb, n_width = _checked_arguments(arch, depth, sigma_w, sigma_b, parameterization, get,
-                                                           width)
+                                                           width, readout)
     want_ntk = "ntk" in get
     width = float(width) if width is not None else None
-    check_choice("readout", readout, ("mean", "flatten"))
     if spec.has_tokens:
-        # token blocks (ResMLP, MLP-Mixer) and convolutions: images (n, T, d), the (nT) x (nT) state of
-        # meanfield.gram.tokens
+        # token blocks and convolutions: images (n, T, d), the (nT) x (nT) state of meanfield.gram.tokens
         K, Th, diag = token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, n_width, per_layer,
                                     readout)
         return Kernels(spec, sw, sb, depth, parameterization, width, K, Th, diag, None, readout)
-    if readout != "mean":
-        raise ValueError(f"readout={readout!r} is for inputs with positions (token blocks, convolutions); "
-                         "this network's output has none, so leave readout='mean'")
     a = feature_rows("x1", x1)
     same = x2 is None
     b = a if same else feature_rows("x2", x2)
@@ -103,10 +98,14 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
                    np.array(n_eff) if n_eff is not None else None)
 
 
-def _checked_arguments(arch, depth, sigma_w, sigma_b, parameterization, get, width):
+def _checked_arguments(arch, depth, sigma_w, sigma_b, parameterization, get, width, readout="mean"):
     """kernels' arguments checked: (spec, get as a tuple, depth, sigma_w, sigma_b, the hidden fan-in)."""
     spec = _checked_spec(arch, tokens_ok=True)
     check_choice("parameterization", parameterization, PARAMETERIZATIONS)
+    check_choice("readout", readout, ("mean", "flatten"))
+    if readout != "mean" and not spec.has_tokens:
+        raise ValueError(f"readout={readout!r} is for inputs with positions (token blocks, convolutions); "
+                         "this network's output has none, so leave readout='mean'")
     if isinstance(get, str):
         get = (get,)
     get = tuple(get)
