@@ -278,6 +278,10 @@ ROWS = [
      "dtype=torch.float32, sigma_b=0.0)", val("r.overflow_layer > 1 and any('overflows' in x for x in w)")),
     ("mc-depth-one", "mc", "V.monte_carlo('relu', depth=1, width=8, n_init=2)", err("depth")),
     ("mc-width-zero", "mc", "V.monte_carlo('relu', depth=3, width=0, n_init=2)", err("width")),
+    ("mc-2d-positions-without-grid", "mc", "V.monte_carlo(mf.Network(mf.residual(mf.act('relu'), "
+     "mf.conv((3, 3)), mu=0.5)), sigma_w=1.0, sigma_b=0.0, depth=3, width=8, n_init=2, tokens=16)", err("tokens")),
+    ("mc-2d-grid-zero", "mc", "V.monte_carlo(mf.Network(mf.residual(mf.act('relu'), mf.conv((3, 3)), mu=0.5)), "
+     "sigma_w=1.0, sigma_b=0.0, depth=3, width=8, n_init=2, tokens=(4, 0))", err("tokens")),
     ("mc-width-float", "mc", "V.monte_carlo('relu', depth=3, width=8.0, n_init=2)", err("width")),
     ("mc-n-init-one", "mc", "V.monte_carlo('relu', depth=3, width=8, n_init=1)", err("n_init")),
     ("mc-batch-zero", "mc", "V.monte_carlo('relu', depth=3, width=8, n_init=2, batch=0)", err("batch")),

@@ -177,7 +177,8 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
     block = realise(arch)
     # read from the tree: token axis (ResMLP, Mixer, any tree with token mixing),
     # cross-sample coupling (BatchNorm)
-    T = (tokens or width) if arch.has_tokens else 1
+    grid = tuple(tokens) if isinstance(tokens, (tuple, list)) else None   # 2-D positions: their (H, W)
+    T = (math.prod(grid) if grid else tokens or width) if arch.has_tokens else 1
     coupled = arch.couples_batch
     B = batch
     N0 = input_dim or max(width, B * T + T)
@@ -204,6 +205,7 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
     for start in range(0, n_init, init_chunk):
         idx = range(init_offset + start, init_offset + min(n_init, start + init_chunk))
         ctx = _context(params, device, dtype, seed, idx)
+        ctx.grid = grid     # the positions' shape, which convolutions read and update
         sl = slice(start, start + len(idx))
         with torch.no_grad():
             z = inp(x.view(1, 1, 1, B, T, N0).expand(len(idx), 1, 1, B, T, N0), ctx)
@@ -242,7 +244,7 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
                     progress(len(idx))
                 if l == depth:
                     break
-    return dict(K=K_all, K12=K12_all, chi=chi_all, J=J_all, overlap=overlap, tokens=T, input_dim=N0)
+    return dict(K=K_all, K12=K12_all, chi=chi_all, J=J_all, overlap=overlap, tokens=grid or T, input_dim=N0)
 
 
 def _bytes_per_init(P, B, T, N, R, track_J, track_chi, dtype):

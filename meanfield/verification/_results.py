@@ -33,7 +33,7 @@ class MonteCarloResult(Result):
     width: int
     n_init: int
     batch: int
-    tokens: int
+    tokens: int | tuple
     input_dim: int
     input_overlap: float
     input_norm: float

@@ -111,6 +111,19 @@ def _positive(name, value):
     return v
 
 
+def _check_positions(arch, tokens):
+    """``tokens``: None, an int >= 1, or for a tree with 2-D positions (``conv((kh, kw))``) the (H, W) grid,
+    which it requires (ValueError naming the argument otherwise)."""
+    dims = arch.position_dims if arch.has_tokens else 1
+    if dims == 2:
+        if not (isinstance(tokens, (tuple, list)) and len(tokens) == 2):
+            raise ValueError(f"{arch} has 2-D positions; tokens must be their (H, W) grid, got {tokens!r}")
+        for t in tokens:
+            _check_int("tokens", t, 1)
+    elif tokens is not None:
+        _check_int("tokens", tokens, 1)
+
+
 def _validate_common(arch, depth, width, n_init, batch, device, dtype, seed, kwargs):
     arch = as_architecture(arch)
     depth = _check_int("depth", depth, 2)
@@ -128,8 +141,7 @@ def _validate_common(arch, depth, width, n_init, batch, device, dtype, seed, kwa
     if est not in ESTIMATORS:
         raise ValueError(f"estimator={est!r} is not allowed; choose one of {', '.join(ESTIMATORS)}")
     _check_int("n_probes", kwargs.get("n_probes", 1), 1)
-    if kwargs.get("tokens") is not None:
-        _check_int("tokens", kwargs["tokens"], 1)
+    _check_positions(arch, kwargs.get("tokens"))
     if kwargs.get("input_dim") is not None:
         _check_int("input_dim", kwargs["input_dim"], 1)
     return arch, depth, width, n_init, batch, dev, dtype, seed
@@ -173,8 +185,10 @@ def monte_carlo(arch, sigma_w=None, sigma_b=None, depth=10, width=256, n_init=32
         Where the cumulative Jacobian starts: J = J^{l0,l}.
     input_dim : int, optional
         N0; default max(width, batch*tokens + tokens) so inputs can be orthogonal.
-    tokens : int, optional
-        Tokens (patches) for block='resmlp'/'mixer'; default = width.
+    tokens : int or (int, int), optional
+        Tokens (patches) for block='resmlp'/'mixer', positions for a
+        convolution; default = width. A tree with 2-D positions
+        (``conv((kh, kw))``) takes its (H, W) grid here, and needs it.
     input_correlation : float
         Overlap rho of different inputs (K12^1 = sigma_w^2 q rho + sigma_b^2).
     input_norm : float

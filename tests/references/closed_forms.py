@@ -2,8 +2,8 @@
 
 Activations and their derivatives (``gelu``, ``dgelu``, ...), the Gaussian moments of erf
 (Williams 1997), the arc-cosine kernels of the scale-invariant family (Cho & Saul 2009), the
-two-point GELU form (Tsuchida et al. 2021), and the critical lines of erf (partial-Jacobian paper,
-eqs. 126, 142). Each is checked against quadrature somewhere in the tests (gram_pair's
+two-point GELU form (Tsuchida et al. 2021), the critical lines of erf (partial-Jacobian paper,
+eqs. 126, 142), and chi_J* of the zero-padded LayerNorm ResNet (derived by hand, docs/gram.md). Each is checked against quadrature somewhere in the tests (gram_pair's
 :func:`check_closed_forms`, tests/test_solvers_lines.py); a formula is written once, here.
 """
 import mpmath as mp
@@ -166,3 +166,33 @@ def gelu_critical_line(K):
     sw = 2 * (1 + 2 * K * (3 + 5 * K) / (mp.pi * (1 + K) * (1 + 2 * K) ** 1.5)
               + 2 / mp.pi * mp.asin(K / (1 + K))) ** -0.5
     return sw, K / (mp.sqrt(2 * mp.pi) * (1 + 2 * K) ** 0.75) * sw
+
+
+# ---------------------------------------------------------------------------
+# The zero-padded LayerNorm ResNet (ReLU, sigma_b = 0).
+# ---------------------------------------------------------------------------
+def ln_resnet_chi_star(grid, convs, mu):
+    r"""chi_J* of h -> mu h + branch(h), the branch ``convs`` times (LayerNorm over channels and positions,
+    ReLU, a 3 x 3 (or 3-tap) convolution with zero padding, sigma_b = 0), on positions of shape ``grid``.
+
+    Derived by hand (docs/gram.md, "The LayerNorm ResNet away from mu = 1"): with P the zero-padded tap mean
+    (P = P_H x P_W, P_n tridiagonal with 1/3 on three diagonals), the position variances at the fixed point
+    are P's Perron vector and
+
+        chi_J* = mu^2 + (1 - mu^2) rho,   rho = prod over axes of (1' P_n^d 1 / n) / lambda_n^d,
+        lambda_n = (1 + 2 cos(pi / (n + 1))) / 3,
+
+    d = ``convs``. 1' P_n^d 1 in exact rationals; lambda_n (the tridiagonal Toeplitz spectrum) in mpmath.
+    """
+    from fractions import Fraction
+
+    rho = mp.mpf(1)
+    for n in grid:
+        v = [Fraction(1)] * n
+        for _ in range(convs):
+            v = [sum(v[max(i - 1, 0):i + 2], Fraction(0)) / 3 for i in range(n)]
+        lam = (1 + 2 * mp.cos(mp.pi / (n + 1))) / 3
+        total = sum(v, Fraction(0))
+        rho *= mp.mpf(total.numerator) / total.denominator / n / lam ** convs
+    mu2 = mp.mpf(mu) ** 2
+    return mu2 + (1 - mu2) * rho
