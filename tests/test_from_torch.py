@@ -251,5 +251,18 @@ def test_zoo_refusals_name_the_module():
         m[1].norm.beta.fill_(0.3)
     with pytest.raises(ValueError, match="constant 0.3"):
         mf.from_torch(m, torch.randn(2, 8, 5))
-    with pytest.raises(ValueError, match=r"stem\.proj.*Conv2d"):  # the patch embedding is a convolution
-        mf.from_torch(M.ResMLP(img_size=16, patch_size=8, dim=8, depth=2, num_classes=3), torch.randn(2, 3, 16, 16))
+    with pytest.raises(ValueError, match=r"features\.0\.1.*BatchNorm2d"):  # VGG19_BN: BatchNorm over images
+        mf.from_torch(M.VGG(M.VGG19_CFG), torch.randn(2, 3, 32, 32))
+
+
+def test_zoo_resmlp_reads_from_images():
+    """The zoo's ResMLP on images: its patch embedding (a Conv2d with stride = kernel, then flatten(2) and
+    transpose) is the input layer on the patches, the token mean before the head the read-out; the blocks
+    are the menu's ResMLP block with eps = 0.1 (sympy)."""
+    from meanfield.torch import models as M
+
+    net = mf.from_torch(M.ResMLP(img_size=16, patch_size=8, dim=8, depth=2, num_classes=3), torch.randn(2, 3, 16, 16))
+    assert net.depth == 2 and net.has_tokens
+    eps = float(torch.tensor(0.1, dtype=torch.float32))    # the LayerScale parameter is float32's 0.1
+    menu = mf.recursion(mf.Architecture("gelu", block="resmlp")).subs(mu=1, eps=sp.Float(eps))
+    assert sp.simplify(mf.recursion(net).kernel - menu.kernel) == 0

@@ -138,6 +138,39 @@ class Conv(Primitive):
         J = None if s.J is None else (sw2 / k) * _window_sum(s.J, grid, self, paired=True)
         return replace(s, A=A, B=np.zeros_like(A), TA=TA, TB=TB, gaussian=True, G=None, grid=out, J=J)
 
+    torch_modules_read = "nn.Conv1d/nn.Conv2d"
+
+    @classmethod
+    def from_torch_module(cls, module, value, where):
+        """``nn.Conv1d`` / ``nn.Conv2d`` with groups=1, the same stride and dilation on every axis, and
+        torch's padding for 'same' (d (k - 1) / 2 zeros, or ``padding='same'``), 'circular'
+        (``padding_mode='circular'``) or 'valid' (0); anything else is a ValueError naming ``where``."""
+        from torch import nn
+
+        if not isinstance(module, (nn.Conv1d, nn.Conv2d)):
+            return None
+        ks = tuple(module.kernel_size)
+        if module.groups != 1:
+            raise ValueError(f"{where}: groups={module.groups}; the theory's convolution mixes every channel "
+                             "(groups=1): a grouped or depthwise convolution has no primitive yet")
+        stride, dilation = _one_value(where, "stride", module.stride), _one_value(where, "dilation", module.dilation)
+        if module.padding_mode not in ("zeros", "circular"):
+            raise ValueError(f"{where}: padding_mode={module.padding_mode!r}; the theory pads with zeros or "
+                             "circularly ('zeros', 'circular')")
+        same = tuple(dilation * (k - 1) // 2 for k in ks)
+        if all(k == 1 for k in ks):
+            padding = "same"   # a 1 x 1 kernel reads no neighbour: every padding is the tree's default
+        elif module.padding == "valid" or all(p == 0 for p in tuple(module.padding)):
+            padding = "valid"
+        elif (module.padding == "same" or tuple(module.padding) == same) and all(k % 2 for k in ks):
+            padding = "same" if module.padding_mode == "zeros" else "circular"
+        else:
+            raise ValueError(f"{where}: padding={module.padding!r} with kernel_size={ks}; the theory pads "
+                             f"d (k - 1) / 2 = {same} (an odd kernel: 'same', or 'circular' with "
+                             "padding_mode='circular') or nothing ('valid')")
+        return conv(ks[0] if len(ks) == 1 else ks, sigma_b=None if module.bias is not None else 0,
+                    padding=padding, dilation=dilation, stride=stride)
+
     def short(self, num=format_number):
         args = [str(self.kernel_size[0]) if self.position_dims == 1 else str(self.kernel_size)]
         args += [f"{k}={num(v)}" for k, v, default in (("sigma_w", self.sigma_w, S.sigma_w),
@@ -256,6 +289,35 @@ class AvgPool(Primitive):
         # each output unit is the mean of k units of its channel: (1/k^2) sum_{j, j'} J[p + j, q + j']
         J = None if s.J is None else _window_sum(s.J, grid, self, paired=False) / k2
         return replace(s, A=pooled(s.A), B=pooled(s.B), TA=pooled(s.TA), TB=pooled(s.TB), G=None, grid=out, J=J)
+
+    torch_modules_read = "nn.AvgPool1d/nn.AvgPool2d"
+
+    @classmethod
+    def from_torch_module(cls, module, value, where):
+        """``nn.AvgPool1d`` / ``nn.AvgPool2d`` with square windows and strides, no ceil_mode or divisor_override,
+        padding 0 ('valid') or (k - 1) / 2 counted in the mean ('same'); ValueError naming ``where`` otherwise."""
+        from torch import nn
+
+        if not isinstance(module, (nn.AvgPool1d, nn.AvgPool2d)):
+            return None
+        dims = 1 if isinstance(module, nn.AvgPool1d) else 2
+        ks = _per_axis(module.kernel_size, dims)
+        stride = _one_value(where, "stride", _per_axis(module.stride or module.kernel_size, dims))
+        pad = _per_axis(module.padding, dims)
+        if module.ceil_mode or getattr(module, "divisor_override", None) is not None:
+            raise ValueError(f"{where}: ceil_mode or divisor_override changes torch's windows or their mean; the "
+                             "theory's pooling is the mean over whole windows (neither set)")
+        if all(p == 0 for p in pad):
+            padding = "valid"
+        elif pad == tuple((k - 1) // 2 for k in ks) and all(k % 2 for k in ks) and module.count_include_pad:
+            padding = "same"
+        else:
+            raise ValueError(f"{where}: padding={module.padding!r} with kernel_size={module.kernel_size!r}; the "
+                             "theory's pooling pads 0 ('valid') or (k - 1) / 2 zeros counted in the mean ('same', "
+                             "odd k, count_include_pad=True)")
+        # torch stores the default stride as the window's size: the tree says default as avg_pool() does
+        default = len(set(ks)) == 1 and stride == ks[0]
+        return avg_pool(ks[0] if dims == 1 else ks, stride=None if default else stride, padding=padding)
 
     def short(self, num=format_number):
         args = [str(self.kernel_size[0]) if self.position_dims == 1 else str(self.kernel_size)]
@@ -394,6 +456,20 @@ def _set_grid(ctx, grid):
     """Record the output positions' shape on the pass's context where the next layer needs it."""
     if len(grid) > 1 or getattr(ctx, "grid", None) is not None:
         ctx.grid = grid
+
+
+def _per_axis(v, dims) -> tuple:
+    """A torch module's int-or-tuple argument as a tuple of ``dims`` ints."""
+    return tuple(int(a) for a in v) if isinstance(v, (tuple, list)) else (int(v),) * dims
+
+
+def _one_value(where, name, values) -> int:
+    """The one value of a per-axis torch argument (stride, dilation) that the theory's layers share between
+    axes; ValueError naming ``where`` when the axes differ."""
+    values = _per_axis(values, 1)
+    if len(set(values)) != 1:
+        raise ValueError(f"{where}: {name}={values} differs between the axes; the theory's layers take one {name}")
+    return values[0]
 
 
 def _kernel_size(k) -> tuple:

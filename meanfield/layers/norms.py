@@ -188,6 +188,12 @@ class BatchNorm(Primitive):
     @classmethod
     def from_torch_module(cls, module, value, where):
         """``nn.BatchNorm1d`` in training mode (batch statistics), on a preactivation."""
+        from torch import nn
+
+        if isinstance(module, (nn.BatchNorm2d, nn.BatchNorm1d)) and value.positions:
+            raise ValueError(f"{where}: {type(module).__name__} on a map with positions normalises each channel "
+                             "over the batch and the positions, which has no primitive yet; "
+                             "nn.LayerNorm([C, H, W]) or nn.GroupNorm are read")
         if not _is_torch_norm(module, "BatchNorm1d", where):
             return None
         if not module.training:
@@ -245,8 +251,9 @@ class LayerNorm(Primitive):
 
     @classmethod
     def from_torch_module(cls, module, value, where):
-        """``nn.LayerNorm`` over the last axis: before phi on a preactivation, after it otherwise."""
-        if not _is_torch_norm(module, "LayerNorm", where):
+        """``nn.LayerNorm`` over the last axis: before phi on a preactivation, after it otherwise (on a
+        channels-first map with positions, :class:`LayerNormImage` reads it)."""
+        if value.positions or not _is_torch_norm(module, "LayerNorm", where):
             return None
         if len(module.normalized_shape) != 1:
             raise ValueError(f"{where}: LayerNorm over {tuple(module.normalized_shape)}; only the last axis is read")
@@ -367,9 +374,12 @@ class RMSNorm(Primitive):
 
     @classmethod
     def from_torch_module(cls, module, value, where):
-        """``nn.RMSNorm`` (torch >= 2.4)."""
+        """``nn.RMSNorm`` (torch >= 2.4), over the features."""
         if not _is_torch_norm(module, "RMSNorm", where):
             return None
+        if value.positions:
+            raise ValueError(f"{where}: RMSNorm on a channels-first map with positions normalises its last axis "
+                             "(a row of positions), not the channels; it has no primitive there")
         return rms_norm()
 
     def short(self, num=format_number):
@@ -440,9 +450,30 @@ class LayerNormImage(LayerNorm):
                        TA=None if s.TA is None else centred(s.TA, s.TB) / r,
                        TB=None if s.TB is None else centred(s.TB, s.TB) / r, G=None)
 
+    torch_modules_read = "nn.LayerNorm([C, H, W]) and nn.GroupNorm on maps with positions"
+
     @classmethod
     def from_torch_module(cls, module, value, where):
-        return None   # nn.LayerNorm is read by LayerNorm (over the features)
+        """On a channels-first map with positions (after a convolution): ``nn.LayerNorm`` over the channels and
+        positions (a ``normalized_shape`` of two or three axes), and ``nn.GroupNorm`` with more than one
+        channel per group, whose groups at infinite channels hold the population's statistics (the channels
+        are exchangeable); ValueError naming ``where`` for a LayerNorm over the last axis alone (a row of
+        positions) and for one channel per group (InstanceNorm: a channel's own positions, no limit)."""
+        if not value.positions:
+            return None
+        if _is_torch_norm(module, "LayerNorm", where):
+            if len(module.normalized_shape) < 2:
+                raise ValueError(f"{where}: LayerNorm{tuple(module.normalized_shape)} on a channels-first map "
+                                 "normalises its last axis (a row of positions); nn.LayerNorm([C, H, W]) (or "
+                                 "nn.GroupNorm(1, C)) normalises each input over channels and positions")
+            return cls()
+        if _is_torch_norm(module, "GroupNorm", where):
+            if module.num_groups == module.num_channels:
+                raise ValueError(f"{where}: GroupNorm with one channel per group (InstanceNorm) normalises each "
+                                 "channel over its own positions, which has no infinite-channel limit of the "
+                                 "theory; use fewer groups")
+            return cls()
+        return None
 
     def short(self, num=format_number):
         return "layer_norm(axis='positions')"

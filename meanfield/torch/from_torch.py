@@ -23,13 +23,29 @@ activation modules and functional forms     ``act(...)`` (the table of :mod:`.to
 ``x + f(x)``, ``mu * x + f(x)``             ``residual(f, mu=...)``
 ``nn.Identity``, ``nn.Dropout(p=0)``        nothing
 ``alpha * x + beta`` (ResMLP's Affine)       nothing, with alpha uniformly 1 and beta 0 (at initialisation)
+``nn.Conv1d``, ``nn.Conv2d`` (groups=1)      ``conv(k, padding=..., dilation=..., stride=...)`` (padding
+                                            d(k-1)/2 or 'same': 'same'; with ``padding_mode='circular'``:
+                                            'circular'; 0: 'valid')
+``nn.AvgPool1d``, ``nn.AvgPool2d``          ``avg_pool(k, stride=..., padding=...)``
+``nn.LayerNorm([C, H, W])``, ``nn.GroupNorm``  ``layer_norm(axis='positions')`` (after a convolution; the
+                                            groups of a GroupNorm hold the population's statistics at
+                                            infinite channels)
+``nn.AdaptiveAvgPool2d(1)``, ``x.mean((2,   the read-out's input (global average pooling, as
+3))``, then ``flatten`` and ``nn.Linear``   ``kernels(readout='mean')``); a flatten of the positions
+                                            alone: ``readout='flatten'``; not part of the block
 ==========================================  =======================================
 
 A network repeating one block after an input layer (and before an optional
 read-out layer) comes back as that block with ``depth`` = the number of
 repeats; otherwise the whole stack after the input layer is the block
-(depth 1). Anything else is a ValueError naming the node, its target and
-its position in the graph.
+(depth 1). The input layer is an ``nn.Linear`` or, for a convolutional
+network, its first convolution (the stem); the theory's input layer acts
+on each position alone (a 1 x 1 convolution), so a wider stem changes K^1
+on images whose positions differ, not the blocks' recursion. Maps with
+positions are channels-first, as torch's convolutions write them.
+Anything else is a ValueError naming the node, its target and its
+position in the graph: among them grouped convolutions, BatchNorm over
+images and InstanceNorm, which have no primitive yet.
 
 :func:`initialise_` draws a model's weights in the convention of the theory
 (W ~ N(0, sigma_w^2 / fan_in), b ~ N(0, sigma_b^2), normalisation affine
@@ -51,6 +67,7 @@ from torch import nn
 
 from .. import calculus as C
 from ..layers import primitive_classes, short
+from ..layers.conv import Conv
 from .activations import read_function
 
 __all__ = ["from_torch", "initialise_", "monte_carlo_module", "ModuleMonteCarlo"]
@@ -70,6 +87,23 @@ class _Val:
     gaussian: bool = True
     transposed: bool = False
     ends: list = field(default_factory=list)
+
+    @property
+    def positions(self) -> bool:
+        """Whether the value is a channels-first map over positions (a convolution or pooling made it)."""
+        return any(getattr(q, "axis", None) == "positions" for p in self.layers if isinstance(p, C.Primitive)
+                   for q in p.primitives())
+
+    @property
+    def tokens(self) -> bool:
+        """Whether the value is (batch, tokens, channels) with tokens already mixed (ResMLP, the Mixer)."""
+        return any(getattr(q, "axis", None) == "tokens" for p in self.layers if isinstance(p, C.Primitive)
+                   for q in p.primitives())
+
+    @property
+    def read_out(self) -> bool:
+        """Whether the positions were already averaged or flattened into the read-out's input."""
+        return any(isinstance(p, _ReadOut) for p in self.layers)
 
 
 def _where(node, position) -> str:
@@ -134,11 +168,16 @@ class _Reader:
             return float(t)
         return None
 
-    def extend(self, v: _Val, prim, node, gaussian=None) -> _Val:
+    def extend(self, v: _Val, prim, node, gaussian=None, where=None) -> _Val:
         layers = list(v.layers)
-        if not layers and not isinstance(prim, C.Dense):
-            raise ValueError(f"fx node {node.name!r}: {short(prim)} acts on the raw input; the first layer must "
-                             "be the input layer (nn.Linear), as in the theory")
+        where = where or f"fx node {node.name!r}"
+        if not layers and not getattr(prim, "fresh_weights", False):
+            raise ValueError(f"{where}: {short(prim)} acts on the raw input; the first layer must "
+                             "be the input layer (nn.Linear, or a convolution), as in the theory")
+        if v.read_out and not (isinstance(prim, C.Dense) and isinstance(layers[-1], _ReadOut)):
+            raise ValueError(f"{where}: {short(prim) if isinstance(prim, C.Primitive) else 'a layer'} after "
+                             "the positions were pooled or flattened; "
+                             "only one read-out nn.Linear is read there")
         layers.append(prim)
         g = v.gaussian if gaussian is None else gaussian
         return _Val(v.root, layers, g, v.transposed, v.ends + [node])
@@ -178,13 +217,16 @@ class _Reader:
         if isinstance(m, nn.Flatten):
             self.vals[node] = self.flatten_input(x, where)
             return
+        if isinstance(m, (nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d)):
+            self.vals[node] = self.read_out(x, "mean", m.output_size, where)
+            return
         if isinstance(m, (nn.Identity,)) or (isinstance(m, nn.Dropout) and (m.p == 0 or not m.training)):
             self.vals[node] = x
             return
         for cls in _module_readers():
             prim = cls.from_torch_module(m, x, where)
             if prim is not None:
-                self.vals[node] = self.extend(x, prim, node, gaussian=prim.output_gaussian)
+                self.vals[node] = self.extend(x, prim, node, gaussian=prim.output_gaussian, where=where)
                 return
         reads = ", ".join(cls.torch_modules_read for cls in _module_readers())
         raise ValueError(f"{where}: unsupported module {type(m).__name__}; from_torch reads {reads}, "
@@ -208,7 +250,16 @@ class _Reader:
         if self.const_view(node, tgt, name, args, pos):
             return
         if tgt in _FLATTENS or name in ("view", "reshape", "flatten"):
-            self.vals[node] = self.flatten_input(self.val(args[0], node, pos), where)
+            x = self.val(args[0], node, pos)
+            start = args[1] if len(args) > 1 else node.kwargs.get("start_dim", 0)
+            if x.positions and "flatten" in str(name or tgt) and start == 2:
+                self.vals[node] = self.patch_tokens(x, where)
+            else:
+                self.vals[node] = self.flatten_input(x, where)
+            return
+        if (tgt is torch.mean or name == "mean") and args and args[0] in self.vals:
+            dim = args[1] if len(args) > 1 else node.kwargs.get("dim")
+            self.vals[node] = self.position_mean(self.vals[args[0]], dim, node.kwargs.get("keepdim", False), where)
             return
         if tgt in (torch.matmul, _op("matmul")) or name == "matmul":
             self.vals[node] = self.matmul(node, pos, where)
@@ -279,11 +330,52 @@ class _Reader:
         return False
 
     def flatten_input(self, x, where):
-        """view/reshape/flatten of the raw input to (batch, features): the identity for the theory."""
+        """view/reshape/flatten of the raw input to (batch, features): the identity for the theory; of a map
+        with positions: the flattened read-out (``kernels(readout='flatten')``), or nothing after a pooled one."""
+        if x.read_out:
+            return x
+        if x.positions:
+            return self.read_out(x, "flatten", 1, where)
         if x.layers:
             raise ValueError(f"{where}: a view/reshape/flatten after the input layer is not read (only a flatten "
                              "of the input, before the first Linear)")
         return x
+
+    def patch_tokens(self, x, where):
+        """``conv(x).flatten(2)`` for a stem convolution with stride = kernel, no padding (a patch embedding,
+        as ResMLP and the MLP-Mixer write it): the theory's input layer on the patches, (batch, channels,
+        tokens), whose ``transpose(1, 2)`` gives the tokens-by-channels layout of the token blocks."""
+        stem = x.layers[0] if len(x.layers) == 1 else None
+        if not (isinstance(stem, Conv) and stem.padding == "valid" and stem.dilation == 1
+                and all(k == stem.stride for k in stem.kernel_size)):
+            raise ValueError(f"{where}: flatten(2) of a map with positions is read only as a patch embedding: "
+                             "the input layer a convolution with stride = kernel_size and no padding")
+        return _Val(x.root, [C.dense(sigma_b=stem.sigma_b)], True, True, list(x.ends))
+
+    def read_out(self, x, kind, output_size, where):
+        """The positions averaged (``kind`` 'mean': global average pooling) or flattened: the input of a
+        read-out Linear, after which nothing but that Linear is read."""
+        if not (x.positions or x.tokens) or x.read_out:
+            raise ValueError(f"{where}: a read-out over positions needs a map with positions or tokens (after a "
+                             "convolution or a token-mixing layer), once")
+        if kind == "mean" and any(o != 1 for o in (output_size if isinstance(output_size, tuple) else
+                                                   (output_size,))):
+            raise ValueError(f"{where}: adaptive pooling to {output_size}; only output_size 1 (global average "
+                             "pooling, the read-out) is read")
+        return _Val(x.root, list(x.layers) + [_ReadOut(kind)], x.gaussian, x.transposed, list(x.ends) + [None])
+
+    def position_mean(self, x, dim, keepdim, where):
+        """``x.mean(dims)`` over every position axis of a channels-first map (global average pooling), or over
+        the tokens of a (batch, tokens, channels) one (ResMLP's read-out): ``kernels(readout='mean')``."""
+        D = max((getattr(q, "position_dims", 0) for p in x.layers if isinstance(p, C.Primitive)
+                 for q in p.primitives()), default=0)
+        axes = list(range(2, 2 + D)) if x.positions else [1] if x.tokens and not x.transposed else None
+        dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+        ndim = 2 + D if x.positions else 3
+        if axes is None or keepdim or sorted(int(d) % ndim for d in dims if isinstance(d, int)) != axes:
+            raise ValueError(f"{where}: a mean is read only over every position axis of a channels-first map, "
+                             "or over the tokens of a (batch, tokens, channels) one (the read-out, keepdim=False)")
+        return self.read_out(x, "mean", 1, where)
 
     def matmul(self, node, pos, where):
         """x @ W for a parameter W of shape (fan_in, fan_out) (x @ W.T for a (fan_out, fan_in) W): a Dense."""
@@ -357,6 +449,13 @@ class _Reader:
                 return _Val(skip.root, sl + [res], True, skip.transposed, skip.ends[:n] + [node])
         raise ValueError(f"{where}: an addition that is not x + f(x) or mu * x + f(x) (neither summand is "
                          "the other's input)")
+
+
+@dataclass(frozen=True)
+class _ReadOut:
+    """Global average pooling ('mean') or a flatten ('flatten') of the positions: the read-out's input."""
+
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -498,10 +597,13 @@ def _read(module, example_input):
     ends = [out.ends[i] for i in keep]
     if not layers:
         raise ValueError(f"{type(module).__name__} has no layers from_torch can read")
-    if any(isinstance(p, C.Residual) for p in layers[:1]) or not isinstance(layers[0], C.Dense):
-        raise ValueError(f"{type(module).__name__}: the first layer must be the input layer (nn.Linear), "
-                         f"found {short(layers[0])}")
+    if isinstance(layers[0], (C.Residual, _ReadOut)) or not getattr(layers[0], "fresh_weights", False):
+        raise ValueError(f"{type(module).__name__}: the first layer must be the input layer (nn.Linear, or a "
+                         f"convolution), found {short(layers[0]) if isinstance(layers[0], C.Primitive) else 'a read-out'}")
     in_node = ends[0]
+    readout = next((i for i, p in enumerate(layers) if isinstance(p, _ReadOut)), None)
+    if readout is not None:   # the read-out (pooled or flattened positions, then a Linear) is not a block
+        layers, ends = layers[:readout], ends[:readout]
     body, body_ends = layers[1:], ends[1:]
     if _has_token_mlp(body):  # an MLP-Mixer: its per-token layers act on the pair of channels
         body = [_to_channels(p) for p in body]
@@ -509,25 +611,24 @@ def _read(module, example_input):
     # validated (a symbolic pass over a deep whole stack grows fast, so never do it needlessly)
     cands = []
     for cut in (0, 1):  # without and with a trailing read-out Linear
-        if cut and not (body and isinstance(body[-1], C.Dense)):
+        if cut and (readout is not None or not (body and isinstance(body[-1], C.Dense))):
             continue
         seq = body[: len(body) - cut]
         if seq:
             p = _period(seq)
             cands.append((len(seq) // p, -cut, p, cut))
+    if not body:
+        raise ValueError(f"{type(module).__name__} has no block after its input layer")
     best = None
     for reps, _, p, cut in sorted(cands, reverse=True):
         if _valid(body[:p]):
             best = (reps, p, cut)
             break
+    if best is None:
+        C.Network(C.serial(*body))   # raises the tree's own ValueError
     n, p, cut = best
-    block = C.serial(*body[:p])
-    mus = sorted({float(q.mu) for q in block.primitives() if isinstance(q, C.Residual)})
-    net = C.Network(block, depth=n)
-    if len(body) - cut == len(body[: p]) * n and n == 1:
-        pass
+    net = C.Network(C.serial(*body[:p]), depth=n)
     block_ends = tuple(body_ends[(i + 1) * p - 1] for i in range(n))
-    del mus
     return _Reading(net, gm, in_node, block_ends, tuple(r.custom_weights), tuple(r.custom_biases))
 
 
@@ -564,8 +665,9 @@ def from_torch(module, example_input=None):
 def initialise_(module, sigma_w=1.0, sigma_b=0.0, generator=None, example_input=None):
     """Draw ``module``'s weights in place: W ~ N(0, sigma_w^2/fan_in), b ~ N(0, sigma_b^2).
 
-    Every ``nn.Linear`` is drawn (the input layer and a read-out too);
-    LayerNorm / RMSNorm / BatchNorm affine parameters are set to (1, 0).
+    Every ``nn.Linear``, ``nn.Conv1d`` and ``nn.Conv2d`` is drawn (the input layer and a read-out too;
+    a convolution's fan-in counts its input channels times its taps);
+    LayerNorm / RMSNorm / BatchNorm / GroupNorm affine parameters are set to (1, 0).
     With ``example_input`` (one input batch) the module is also read as by
     :func:`from_torch`, and its custom linear layers (``F.linear(x, W, b)``,
     ``x @ W + b``, ``x @ W.T + b`` on its own parameters) are drawn too, the
@@ -578,11 +680,13 @@ def initialise_(module, sigma_w=1.0, sigma_b=0.0, generator=None, example_input=
     check_real("sigma_b", sigma_b, minimum=0)
     if not isinstance(module, nn.Module):
         raise ValueError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-    norms = tuple(c for c in (nn.LayerNorm, getattr(nn, "RMSNorm", None), nn.BatchNorm1d) if c is not None)
+    norms = tuple(c for c in (nn.LayerNorm, getattr(nn, "RMSNorm", None), nn.BatchNorm1d, nn.GroupNorm)
+                  if c is not None)
     with torch.no_grad():
         for m in module.modules():
-            if isinstance(m, nn.Linear):
-                m.weight.normal_(0.0, float(sigma_w) / math.sqrt(m.in_features), generator=generator)
+            if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d)):
+                fan_in = m.weight[0].numel()   # in_features, or in_channels / groups x the kernel's taps
+                m.weight.normal_(0.0, float(sigma_w) / math.sqrt(fan_in), generator=generator)
                 if m.bias is not None:
                     m.bias.normal_(0.0, float(sigma_b), generator=generator)
             elif isinstance(m, norms):
