@@ -612,7 +612,6 @@ def _gelu_gap(K1, K2, K12, gap):
     two_pi = 2 * _pi
     s = gap
     r, rho = sp.Abs(K12), K12 / sp.sqrt(K1 * K2)
-    ar = sp.Abs(rho)
     Kg = sp.sqrt(K1) * sp.sqrt(K2)
     det = K1 * K2 * s
     P = (1 + K1) * (1 + K2)

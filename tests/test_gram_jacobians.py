@@ -147,3 +147,31 @@ def test_monte_carlo_zero_padded_layer_norm_resnet_is_ordered():
         mean, se = per_init.mean(), per_init.std(ddof=1) / np.sqrt(len(per_init))
         assert abs(mean - th[tail].mean()) < 4 * se, (norm_axis, mean, se, th[tail].mean())
         assert (1 - mean > 6 * se) if ordered else abs(1 - mean) < 4 * se, (norm_axis, mean, se)
+
+
+@pytest.mark.slow
+def test_stored_ln_resnet_phase_diagrams_follow_the_theory():
+    """docs/figures/ln_resnet_phase.json (Monte Carlo of pre-activation BasicBlocks on 8 x 8 maps, depth 20):
+    every point of the three planes within the suite's rule of the theory recomputed here; with the LayerNorm
+    over (channels, positions) the network is ordered for mu <= 0.5 by more than 4 SE, with the LayerNorm per
+    position it is critical within 4 SE for every mu < 1."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[1] / "docs" / "figures"
+    spec = importlib.util.spec_from_file_location("ln_resnet_phase", here / "ln_resnet_phase.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    data = json.loads((here / "ln_resnet_phase.json").read_text())
+    th = script.theory_planes(data)
+    slack = 2.0 * data["layer"] / data["width"]
+    for name in ("mu_positions", "mu_per_position", "sb_mu1"):
+        mc, se, t = (np.array(a) for a in (data["planes"][name]["chi_J"], data["planes"][name]["chi_J_se"],
+                                           th[name]))
+        assert (np.abs(mc - t) <= 4 * se + slack * np.abs(t)).all(), (name, mc, t, se)
+    mu = np.array(data["mu"])
+    mc, se = (np.array(data["planes"]["mu_positions"][k]) for k in ("chi_J", "chi_J_se"))
+    assert (1 - mc[mu <= 0.5] > 4 * se[mu <= 0.5]).all()
+    mc, se = (np.array(data["planes"]["mu_per_position"][k]) for k in ("chi_J", "chi_J_se"))
+    assert (np.abs(1 - mc[mu < 1]) <= 4 * se[mu < 1] + slack).all()

@@ -409,16 +409,25 @@ def _sum_windows(X, taps, left, right, paired):
     shared by the positions) or every pair of taps (pooling)."""
     if not paired:
         for i, idx in enumerate(taps):
-            X = sum(np.take(X, j, axis=left + i) for j in idx)
-            X = sum(np.take(X, j, axis=right + i) for j in idx)
+            X = sum(_strided(X, j, left + i) for j in idx)
+            X = sum(_strided(X, j, right + i) for j in idx)
         return X
-    total = 0.0
+    total = None
     for tap in itertools.product(*taps):
         sub = X
         for i, idx in enumerate(tap):
-            sub = np.take(np.take(sub, idx, axis=left + i), idx, axis=right + i)
-        total = total + sub
+            sub = _strided(_strided(sub, idx, left + i), idx, right + i)
+        if total is None:
+            total = sub.copy()
+        else:
+            total += sub
     return total
+
+
+def _strided(X, idx, axis):
+    """X at the indices ``idx`` of ``axis``: a view, since a window's taps step evenly (s p + d j)."""
+    step = int(idx[1] - idx[0]) if len(idx) > 1 else 1
+    return X[(slice(None),) * axis + (slice(int(idx[0]), int(idx[-1]) + 1, step),)]
 
 
 def _windows(node, z, ctx):
