@@ -89,16 +89,19 @@ class _Val:
     ends: list = field(default_factory=list)
 
     @property
+    def primitives(self) -> list:
+        """Every primitive applied so far, depth first (pending scales and read-out marks left out)."""
+        return [q for p in self.layers if isinstance(p, C.Primitive) for q in p.primitives()]
+
+    @property
     def positions(self) -> bool:
         """Whether the value is a channels-first map over positions (a convolution or pooling made it)."""
-        return any(getattr(q, "axis", None) == "positions" for p in self.layers if isinstance(p, C.Primitive)
-                   for q in p.primitives())
+        return any(getattr(q, "axis", None) == "positions" for q in self.primitives)
 
     @property
     def tokens(self) -> bool:
         """Whether the value is (batch, tokens, channels) with tokens already mixed (ResMLP, the Mixer)."""
-        return any(getattr(q, "axis", None) == "tokens" for p in self.layers if isinstance(p, C.Primitive)
-                   for q in p.primitives())
+        return any(getattr(q, "axis", None) == "tokens" for q in self.primitives)
 
     @property
     def read_out(self) -> bool:
@@ -367,8 +370,7 @@ class _Reader:
     def position_mean(self, x, dim, keepdim, where):
         """``x.mean(dims)`` over every position axis of a channels-first map (global average pooling), or over
         the tokens of a (batch, tokens, channels) one (ResMLP's read-out): ``kernels(readout='mean')``."""
-        D = max((getattr(q, "position_dims", 0) for p in x.layers if isinstance(p, C.Primitive)
-                 for q in p.primitives()), default=0)
+        D = max((getattr(q, "position_dims", 0) for q in x.primitives), default=0)
         axes = list(range(2, 2 + D)) if x.positions else [1] if x.tokens and not x.transposed else None
         dims = dim if isinstance(dim, (tuple, list)) else (dim,)
         ndim = 2 + D if x.positions else 3
@@ -626,6 +628,7 @@ def _read(module, example_input):
             break
     if best is None:
         C.Network(C.serial(*body))   # raises the tree's own ValueError
+        raise ValueError(f"{type(module).__name__}: no repeated block of the theory found in its layers")
     n, p, cut = best
     net = C.Network(C.serial(*body[:p]), depth=n)
     block_ends = tuple(body_ends[(i + 1) * p - 1] for i in range(n))
