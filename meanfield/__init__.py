@@ -16,7 +16,7 @@ _EXPORTS = {
     **dict.fromkeys(("Architecture", "as_architecture", "Network", "from_json", "to_json"), "calculus"),
     # the composition API: one module per primitive family (meanfield/layers/)
     **dict.fromkeys(("act", "avg_pool", "batch_norm", "conv", "dense", "group_norm", "layer_norm", "mixer", "mlp", "resmlp", "residual",
-                     "rms_norm", "scale", "serial"), "layers"),
+                     "resnet_v2", "rms_norm", "scale", "serial"), "layers"),
     **dict.fromkeys(("Recursion", "recursion"), "symbolic"),
     # NNGP / NTK Gram matrices on real inputs (numpy; the recursion is compiled on first use)
     **dict.fromkeys(("Kernels", "kernels"), "gram"),
@@ -43,6 +43,7 @@ _OWN_NAMES = [
     "mlp",
     "resmlp",
     "residual",
+    "resnet_v2",
     "rms_norm",
     "group_norm",
     "scale",

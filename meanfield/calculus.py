@@ -247,8 +247,15 @@ def _check_tree(node, s: Signal, path: str) -> Signal:
         return s
     if isinstance(node, Residual):
         _check_tree(node.branch, s, f"{path}.branch")
+        if node.shortcut is not None:
+            _check_tree(node.shortcut, s, f"{path}.shortcut")
     try:
-        return node.forward(s)
+        out = node.forward(s)
+        if isinstance(node, Residual):
+            # a residual's output is a zero-mean Gaussian: what follows is checked on fresh symbols, so that the
+            # check of a deep body of stages does not carry expressions nested through every block
+            return s.to(S.K, S.K12)
+        return out
     except NoScalarRecursion:
         # valid, with no single-input recursion (the solvers refuse it): what follows sees a Gaussian
         return s.to(S.K, S.K12)

@@ -266,3 +266,30 @@ def test_zoo_resmlp_reads_from_images():
     eps = float(torch.tensor(0.1, dtype=torch.float32))    # the LayerScale parameter is float32's 0.1
     menu = mf.recursion(mf.Architecture("gelu", block="resmlp")).subs(mu=1, eps=sp.Float(eps))
     assert sp.simplify(mf.recursion(net).kernel - menu.kernel) == 0
+
+
+def test_zoo_mixer_reads_from_images():
+    """The zoo's MLP-Mixer on images: the head's LayerNorm before the token mean belongs to the read-out, not to
+    a block; the blocks are the menu's Mixer block (sympy)."""
+    from meanfield.torch import models as M
+
+    net = mf.from_torch(M.MLPMixer(img_size=16, patch_size=8, dim=8, depth=2, num_classes=3),
+                        torch.randn(2, 3, 16, 16))
+    assert net.depth == 2 and net.pair_axis == "channels"
+    menu = mf.recursion(mf.Architecture("gelu", block="mixer")).subs(mu=1)
+    R = mf.recursion(net)
+    for f in ("kernel", "kernel12", "chi_J"):
+        assert sp.simplify(getattr(R, f) - getattr(menu, f)) == 0, f
+
+
+@pytest.mark.parametrize("norm, head", [("layer_norm", True), ("none", False)])
+def test_zoo_preact_resnet_reads_as_resnet_v2(norm, head):
+    """The zoo's pre-activation ResNet (stages, strided first blocks with projection shortcuts of the
+    pre-activation, doubling channels) is resnet_v2's tree; its head (norm, phi, pooling, Linear) is the
+    read-out. ResNet110 too."""
+    from meanfield.torch import models as M
+
+    m = M.PreActResNet(blocks=(2, 1, 2), channels=(4, 8, 16), mu=0.9, norm=norm, head=head)
+    assert mf.from_torch(m, m.example_inputs()) == mf.Network(mf.resnet_v2((2, 1, 2), norm=norm, mu=0.9), depth=1)
+    r = M.resnet110(mu=0.5)
+    assert mf.from_torch(r, r.example_inputs()) == mf.Network(mf.resnet_v2((18, 18, 18), mu=0.5), depth=1)

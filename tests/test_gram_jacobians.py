@@ -175,3 +175,18 @@ def test_stored_ln_resnet_phase_diagrams_follow_the_theory():
     assert (1 - mc[mu <= 0.5] > 4 * se[mu <= 0.5]).all()
     mc, se = (np.array(data["planes"]["mu_per_position"][k]) for k in ("chi_J", "chi_J_se"))
     assert (np.abs(1 - mc[mu < 1]) <= 4 * se[mu < 1] + slack).all()
+
+
+def test_per_layer_walks_the_top_level_layers_of_a_body():
+    """A body of three equal blocks with per_layer=True is the block repeated three times; its K^l are the
+    Gram walk's per-layer diagonals (kernels(per_layer=True, readout='flatten'), another driver)."""
+    block = mf.residual(mf.layer_norm(axis="positions"), mf.act("gelu"), mf.conv((3, 3)), mu=0.6)
+    x = np.random.default_rng(5).standard_normal((2, 5, 5, 3))
+    body = token_jacobians(mf.Network(mf.serial(block, block, block)), x, 1, 1.3, 0.2, per_layer=True)
+    rep = token_jacobians(mf.Network(block), x, 3, 1.3, 0.2)
+    for key in ("chi_J", "J", "K"):
+        np.testing.assert_allclose(body[key], rep[key], rtol=1e-13)
+    diag = mf.kernels(mf.Network(block), x, depth=3, sigma_w=1.3, sigma_b=0.2, get=("nngp",), per_layer=True,
+                      readout="flatten").nngp_diag
+    np.testing.assert_allclose(rep["K"], diag, rtol=1e-12)
+    assert body["chi_J"].shape == (3, 2)

@@ -22,6 +22,10 @@ ARCHS = [
     mf.Architecture(sp.sin(sp.Symbol("t")) + sp.Symbol("t") / 2, norm="ln_pre"),
     mf.Architecture(block="resmlp", activation="gelu"),
     mf.Architecture(block="mixer", activation="relu", mu=0.5),
+    # projection shortcuts: a dense one after a LayerNorm, and strided convolutions along 4 positions
+    mf.Network(mf.residual(mf.layer_norm(), mf.act("relu"), mf.dense(), shortcut=[mf.layer_norm(), mf.dense()]),
+               mu=0.5),
+    mf.Network(mf.residual(mf.act("gelu"), mf.conv(3, stride=2), shortcut=mf.conv(1, stride=2)), mu=0.7),
 ]
 
 

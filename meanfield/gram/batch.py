@@ -119,8 +119,16 @@ class _BatchWalk:
                     run.append(p)
             return self.pair(run, K, T) if run else (K, T)
         if isinstance(node, Residual):
-            S0 = self.S
-            Kb, Tb = self.walk(node.branch, K, T)
+            if node.shortcut is not None:
+                # the skip is the shortcut's map of the batch; the gap of the sum is not carried through two
+                # walks (S -> None: near-parallel pairs then come from the K's, as without a gap)
+                Kb, Tb = self.walk(node.branch, K, T)
+                K, T = self.walk(node.shortcut, K, T)
+                self.S = None
+                S0 = None
+            else:
+                S0 = self.S
+                Kb, Tb = self.walk(node.branch, K, T)
             if self.S is not None and S0 is not None:
                 g = _cached(_compile_combine_gap, node, self.vals)
                 d, db = np.diag(K).copy(), np.diag(Kb).copy()

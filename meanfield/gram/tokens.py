@@ -112,6 +112,7 @@ from dataclasses import replace
 import numpy as np
 
 from .._validate import check_choice
+from ..layers.combinators import Chain
 from ..layers.state import TokenSignal
 from .pair_maps import _NEAR, _cached, _compile_layers, _full, _input_gap, _lambdify, _naive_gap, _values
 
@@ -317,7 +318,7 @@ def token_state(arch, x, depth, sigma_w, sigma_b, parameterization="ntk", ntk=Tr
     return {"A": s.A, "B": s.B, "TA": s.TA, "TB": s.TB}
 
 
-def token_jacobians(arch, x, depth, sigma_w, sigma_b):
+def token_jacobians(arch, x, depth, sigma_w, sigma_b, per_layer=False):
     r"""Partial Jacobians of a tree over positions (convolutions, pooling, token blocks) on given inputs.
 
     The APJN (partial-Jacobian paper eq. 3) of one input x, J^{l0,l} = 1/N_l sum_{i,j} E[(dh^l_i / dh^{l0}_j)^2],
@@ -339,8 +340,13 @@ def token_jacobians(arch, x, depth, sigma_w, sigma_b):
 
     ``x``: inputs (n, T, d) or (n, H, W, d) as for :func:`meanfield.kernels`. Returns a dict of float64
     arrays: ``chi_J`` (depth, n), J^{l,l+1} for l = 1..depth; ``J`` (depth, n), J^{1,l} for l = 1..depth
-    (1 at l = 1); ``profile`` (n, T_last), diag V of the last block from V = I: the per-position factor,
+    (1 at l = 1); ``K`` (depth, n), K^l = the mean over positions of E[h_p^2] for l = 1..depth (K^1 the
+    input layer's); ``profile`` (n, T_last), diag V of the last block from V = I: the per-position factor,
     whose spread shows where the edges differ from the middle.
+
+    ``per_layer=True``: the units between which J is taken are the top-level layers of the block (a body
+    of stages, ``resnet_v2``'s: every residual block), so ``depth`` blocks give depth x (layers per block)
+    rows, J^{1,l} through every one of them (a block that is not a serial is one layer).
     """
     from ..calculus import as_architecture
 
@@ -360,17 +366,20 @@ def token_jacobians(arch, x, depth, sigma_w, sigma_b):
     s = TokenSignal(A, np.zeros_like(A), None, None, grid=grid, J=np.eye(T)[None, :, :, None].repeat(n, 0))
     walk = TokenWalk(_values(spec), "ntk", False, sw, sb, 1.0)
     block = spec.block_spec()
-    chi, J = [], [np.ones(n)]
+    units = list(block.layers) if per_layer and isinstance(block, Chain) else [block]
+    chi, J, K = [], [np.ones(n)], [s.variances.mean(axis=1)]
     with np.errstate(all="ignore"):
-        for _ in range(depth):
+        for unit in units * depth:
             eye = np.eye(s.J.shape[1])[None, :, :, None].repeat(n, 0)
-            s = block.gram_tokens(replace(s, J=np.concatenate([eye, s.J], axis=3)), walk)
+            s = unit.gram_tokens(replace(s, J=np.concatenate([eye, s.J], axis=3)), walk)
             diag = np.einsum("appw->apw", s.J)
             chi.append(diag[..., 0].mean(axis=1))
             J.append(diag[..., 1].mean(axis=1))
             profile = diag[..., 0]
             s = replace(s, J=s.J[..., 1:])
-    return {"chi_J": np.array(chi), "J": np.array(J[:depth]), "profile": profile}
+            K.append(s.variances.mean(axis=1))
+    rows = len(chi)
+    return {"chi_J": np.array(chi), "J": np.array(J[:rows]), "K": np.array(K[:rows]), "profile": profile}
 
 
 def token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, width, per_layer, readout="mean"):

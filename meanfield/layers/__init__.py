@@ -23,7 +23,7 @@ its short form and JSON, its torch realisation): see :mod:`.base` and
 docs/architecture.md, "Adding a primitive".
 """
 from .base import AXES, Primitive, short
-from .blocks import mixer, mixer_block, mlp, mlp_block, resmlp, resmlp_block
+from .blocks import RESNET_NORMS, mixer, mixer_block, mlp, mlp_block, resmlp, resmlp_block, resnet_v2
 from .combinators import Chain, Residual, residual, serial
 from .conv import AvgPool, Conv, avg_pool, conv
 from .elementwise import ActivationLayer, Scale, act, scale
@@ -40,6 +40,6 @@ __all__ = [
     "LayerNormPre", "LayerNorm", "LayerNormPost", "LayerNormImage", "GroupNorm", "RMSNorm", "BatchNorm", "layer_norm", "group_norm",
     "rms_norm", "batch_norm",
     "Chain", "Residual", "serial", "residual",
-    "mlp_block", "resmlp_block", "mixer_block", "mlp", "resmlp", "mixer",
+    "mlp_block", "resmlp_block", "mixer_block", "mlp", "resmlp", "mixer", "resnet_v2", "RESNET_NORMS",
     "tree_to_json", "tree_from_json", "primitive_classes",
 ]

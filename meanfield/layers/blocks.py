@@ -3,15 +3,22 @@ built from the primitives like any user tree.
 """
 from __future__ import annotations
 
-from .._validate import check_choice
+import numpy as np
+
+from .._validate import check_choice, check_int
 from ..activations import Activation, activation as make_activation
 from .base import Primitive
-from .combinators import Chain, Residual
+from .combinators import Chain, Residual, residual
+from .conv import conv
 from .elementwise import ActivationLayer, Scale
 from .linear import Dense
-from .norms import BatchNorm, LayerNormPost, LayerNormPre
+from .norms import BatchNorm, LayerNormPost, LayerNormPre, layer_norm
 
-__all__ = ["mlp_block", "resmlp_block", "mixer_block", "mlp", "resmlp", "mixer"]
+__all__ = ["mlp_block", "resmlp_block", "mixer_block", "mlp", "resmlp", "mixer", "resnet_v2", "RESNET_NORMS"]
+
+#: the normalisations of :func:`resnet_v2`: over (channels, positions) as torch's nn.LayerNorm([C, H, W]) or
+#: nn.GroupNorm(G, C) write it, or none
+RESNET_NORMS = ("layer_norm", "none")
 
 _STAGES = {
     "none": lambda act: [act, Dense()],
@@ -106,3 +113,48 @@ def resmlp(phi="gelu", residual: bool = True) -> Primitive:
 def mixer(phi="gelu", residual: bool = True) -> Primitive:
     """The MLP-Mixer block (:func:`mixer_block`)."""
     return mixer_block(make_activation(phi), residual)
+
+
+def resnet_v2(blocks=(2, 2, 2), phi="relu", norm: str = "layer_norm", mu=None, kernel_size: int = 3,
+              padding: str = "same", dims: int = 2) -> Chain:
+    """The body of a pre-activation ResNet (ResNetV2; He et al. 2016, "Identity mappings in deep residual
+    networks"), after its stem: ``len(blocks)`` stages of ``blocks[i]`` BasicBlocks,
+
+        h -> mu h + conv(phi(norm(conv(phi(norm(h)))))),
+
+    k x k convolutions (k = ``kernel_size``) with zero padding ('same', as torch's ``padding=k // 2``) or
+    ``padding='circular'``. Every stage after the first halves the
+    positions in its first block: the branch's first convolution has stride 2, and the skip is the projection
+    shortcut of option (B), a strided 1 x 1 convolution of the same pre-activation phi(norm(h)).
+    ``blocks=(18, 18, 18)`` is the partial-Jacobian paper's ResNet110 (section 6, Fig. 4), whose BatchNorm is
+    replaced by a LayerNorm over (channels, positions); the channel counts (16, 32, 64 there) do not enter the
+    infinite-channel theory. ``norm``: one of :data:`RESNET_NORMS`; ``dims``: 2 for images, 1 for sequences.
+
+    Returns the tree (a serial of :func:`residual` nodes), for ``Network(resnet_v2(...))``;
+    :class:`meanfield.torch.models.PreActResNet` is the same network in torch, which :func:`from_torch`
+    reads back as this tree.
+    """
+    if isinstance(blocks, (int, np.integer)) or not len(blocks):
+        raise ValueError(f"blocks must be a sequence of integers >= 1 (blocks per stage), got {blocks!r}")
+    for i, b in enumerate(blocks):
+        check_int(f"blocks[{i}]", b, 1)
+    check_choice("norm", norm, RESNET_NORMS)
+    check_int("kernel_size", kernel_size, 1)
+    check_choice("dims", dims, (1, 2))
+    check_choice("padding", padding, ("same", "circular"))
+    if kernel_size % 2 == 0:
+        raise ValueError(f"kernel_size={kernel_size}: an even kernel pads its two edges unequally; use an odd one")
+    phi = make_activation(phi)
+    k, one = (kernel_size,) * dims, (1,) * dims
+
+    def pre():
+        return ([layer_norm(axis="positions")] if norm == "layer_norm" else []) + [ActivationLayer(phi)]
+
+    out = []
+    for stage, n in enumerate(blocks):
+        for i in range(n):
+            stride = 2 if stage > 0 and i == 0 else 1
+            branch = pre() + [conv(k, stride=stride, padding=padding)] + pre() + [conv(k, padding=padding)]
+            shortcut = pre() + [conv(one, stride=2)] if stride == 2 else None
+            out.append(residual(*branch, mu=mu, shortcut=shortcut))
+    return Chain(tuple(out))

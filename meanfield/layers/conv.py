@@ -93,7 +93,8 @@ class Conv(Primitive):
         return len(self.kernel_size)
 
     def _homogeneous(self):
-        if self.padding == "same":
+        # a 1 x 1 kernel reads no padded position, whatever the padding
+        if self.padding == "same" and any(k > 1 for k in self.kernel_size):
             raise NoScalarRecursion(f"{self.short()}: zero padding gives the edge positions other variances than "
                                     "the middle ones, so there is no single-input recursion for the solvers; use "
                                     "padding='circular' or 'valid' (homogeneous positions), or meanfield.kernels, "

@@ -449,8 +449,47 @@ class _Reader:
                 except ValueError as err:
                     raise ValueError(f"{where}: residual addition: {err}") from None
                 return _Val(skip.root, sl + [res], True, skip.transposed, skip.ends[:n] + [node])
+        return self.projection(va, vb, node, where)
+
+    def projection(self, va, vb, node, where):
+        """g(x) + f(x) where neither summand is the other's input: a residual block with a projection shortcut.
+
+        The layers after the block input that both summands share (ResNetV2's pre-activation, which the strided
+        branch and the 1 x 1 shortcut both read) are written at the head of both: they have no weights at
+        initialisation, so applying them twice is the same function. The shortcut is the summand with the
+        pending scale mu, else the shorter one.
+        """
+        n = 0
+        while (n < min(len(va.layers), len(vb.layers)) and va.layers[n] == vb.layers[n]
+               and va.ends[n] == vb.ends[n]):
+            n += 1
+        start = n
+        while start > 0 and not (isinstance(va.layers[start - 1], C.Residual)
+                                 or getattr(va.layers[start - 1], "fresh_weights", False)):
+            start -= 1
+        if start == 0:
+            raise ValueError(f"{where}: an addition that is not x + f(x), mu * x + f(x) or a projection "
+                             "shortcut g(x) + f(x) after the input layer")
+        shared = va.layers[start:n]
+        sides = sorted(((va, vb), (vb, va)), key=lambda s: (not isinstance(s[0].layers[-1], _PendingScale),
+                                                            len(s[0].layers)))
+        err = None
+        for skip, br in sides:
+            sl = list(skip.layers[n:])
+            mu = 1.0
+            if sl and isinstance(sl[-1], _PendingScale):
+                mu = sl.pop().value
+            if any(isinstance(q, _PendingScale) for q in sl):
+                continue
+            branch = [_finalise(p) for p in shared + br.layers[n:] if not _is_unit(p)]
+            try:
+                res = C.residual(*branch, mu=mu, shortcut=C.serial(*shared, *sl))
+            except ValueError as e:
+                err = err or e
+                continue
+            return _Val(skip.root, va.layers[:start] + [res], True, skip.transposed, va.ends[:start] + [node])
         raise ValueError(f"{where}: an addition that is not x + f(x) or mu * x + f(x) (neither summand is "
-                         "the other's input)")
+                         f"the other's input), nor a projection shortcut of the theory: {err}")
 
 
 @dataclass(frozen=True)
@@ -606,6 +645,9 @@ def _read(module, example_input):
     readout = next((i for i, p in enumerate(layers) if isinstance(p, _ReadOut)), None)
     if readout is not None:   # the read-out (pooled or flattened positions, then a Linear) is not a block
         layers, ends = layers[:readout], ends[:readout]
+        # nor is a head's norm -> phi before the pooling (ResNetV2's last pre-activation, the Mixer's LayerNorm)
+        while len(layers) > 1 and not (isinstance(layers[-1], C.Residual) or layers[-1].fresh_weights):
+            layers, ends = layers[:-1], ends[:-1]
     body, body_ends = layers[1:], ends[1:]
     if _has_token_mlp(body):  # an MLP-Mixer: its per-token layers act on the pair of channels
         body = [_to_channels(p) for p in body]
@@ -632,6 +674,10 @@ def _read(module, example_input):
     n, p, cut = best
     net = C.Network(C.serial(*body[:p]), depth=n)
     block_ends = tuple(body_ends[(i + 1) * p - 1] for i in range(n))
+    if n == 1 and len(body) > 1 and all(isinstance(q, C.Residual) for q in body[:p]):
+        # a body of stages (no block repeats): its residual blocks are the boundaries Monte Carlo measures at,
+        # as token_jacobians(..., per_layer=True) walks them
+        block_ends = tuple(body_ends[:p])
     return _Reading(net, gm, in_node, block_ends, tuple(r.custom_weights), tuple(r.custom_biases))
 
 
@@ -741,7 +787,8 @@ class _Capture(torch.fx.Interpreter):
 
 
 def monte_carlo_module(module, x, sigma_w, sigma_b, n_init=16, seed=0, n_probes=1):
-    """Monte Carlo on the user's own module: K^l and J^{1,l} at the block boundaries.
+    """Monte Carlo on the user's own module: K^l and J^{1,l} at the block boundaries (in a body of stages,
+    which repeats no block, after every residual block).
 
     For each of ``n_init`` draws of :func:`initialise_` the module runs on
     the inputs ``x`` (batch, features); K^l is the mean of h^2 over

@@ -1,4 +1,4 @@
-"""ResMLP, MLP-Mixer and VGG19_BN in plain torch (no torchvision, no timm), sizes configurable.
+"""ResMLP, MLP-Mixer, VGG19_BN and the pre-activation ResNet in plain torch (no torchvision, no timm), sizes configurable.
 
 ResMLP and VGG19_BN are the two architectures of the AutoInit paper's
 experiments (section 4); MLP-Mixer is the partial-Jacobian paper's. All define
@@ -54,6 +54,9 @@ from .._validate import check_choice
 
 __all__ = [
     "PreLNResMLP",
+    "PreActBlock",
+    "PreActResNet",
+    "resnet110",
     "Affine",
     "MLPMixer",
     "ResMLP",
@@ -443,3 +446,100 @@ class PreLNResMLP(nn.Module):
         for ln, act, fc in zip(self.norms, self.acts, self.fcs):
             x = self.mu * x + fc(act(ln(x)))
         return x if self.out is None else self.out(x)
+
+
+class PreActBlock(nn.Module):
+    """A pre-activation BasicBlock, h -> mu s(h) + conv2(phi(norm2(conv1(phi(norm1(h)))))), written the way
+    research code writes it: s is the identity, or (``stride`` > 1 or new channels) the projection
+    shortcut, a 1 x 1 convolution of the pre-activation phi(norm1(h)) with that stride."""
+
+    def __init__(self, cin, cout, stride=1, mu=1.0, norm="layer_norm", activation="relu", kernel_size=3):
+        super().__init__()
+
+        def make_norm(c):
+            # GroupNorm(1, C) is nn.LayerNorm([C, H, W]) without needing the map's size (at initialisation)
+            return nn.GroupNorm(1, c) if norm == "layer_norm" else nn.Identity()
+
+        pad = kernel_size // 2
+        self.norm1, self.act1 = make_norm(cin), _activation(activation)
+        self.conv1 = nn.Conv2d(cin, cout, kernel_size, stride=stride, padding=pad)
+        self.norm2, self.act2 = make_norm(cout), _activation(activation)
+        self.conv2 = nn.Conv2d(cout, cout, kernel_size, padding=pad)
+        self.shortcut = nn.Conv2d(cin, cout, 1, stride=stride) if stride != 1 or cin != cout else None
+        self.mu = float(mu)
+
+    def forward(self, x):
+        a = self.act1(self.norm1(x))
+        skip = x if self.shortcut is None else self.shortcut(a)
+        return self.mu * skip + self.conv2(self.act2(self.norm2(self.conv1(a))))
+
+
+class PreActResNet(nn.Module):
+    """The pre-activation ResNet (ResNetV2; He et al. 2016) of the partial-Jacobian paper's section 6, sizes
+    configurable: a 3 x 3 stem convolution to ``channels[0]``, stages of ``blocks[i]`` :class:`PreActBlock`
+    with ``channels[i]`` channels (every stage after the first halves the map in its first block, with a
+    projection shortcut), a last norm -> phi, global average pooling and a Linear classifier.
+    ``blocks=(18, 18, 18)``, ``channels=(16, 32, 64)`` on 32 x 32 images is ResNet110 (:func:`resnet110`).
+
+    ``norm``: 'layer_norm' (over channels and positions, ``nn.GroupNorm(1, C)``; the paper's LayerNorm
+    variant) or 'none'; ``mu``: the skip's strength; ``stem_kernel``: 3 as in the paper (1 makes the stem
+    the theory's per-position input layer exactly). The blocks are :func:`meanfield.resnet_v2`'s, which
+    :func:`meanfield.from_torch` reads back (the final norm -> phi, the pooling and the classifier are the
+    read-out, not blocks, and ``head=False`` leaves them out). Initialisation: torch's defaults, or
+    ``init='fan_in'`` with ``sigma_w``, ``sigma_b`` (N(0, sigma_w^2 / fan_in) weights).
+    """
+
+    def __init__(self, blocks=(18, 18, 18), channels=(16, 32, 64), mu=1.0, norm="layer_norm", activation="relu",
+                 in_chans=3, num_classes=10, stem_kernel=3, head=True, init="torch", sigma_w=math.sqrt(2.0),
+                 sigma_b=0.0, seed=None, img_size=32):
+        super().__init__()
+        from ..layers import RESNET_NORMS
+
+        if isinstance(blocks, int) or isinstance(channels, int) or len(blocks) != len(channels) or not blocks:
+            raise ValueError(f"blocks and channels must be sequences of the same length >= 1, got {blocks!r} and "
+                             f"{channels!r}")
+        for name, seq in (("blocks", blocks), ("channels", channels)):
+            for i, v in enumerate(seq):
+                _check_int(f"{name}[{i}]", v)
+        for name, v in (("in_chans", in_chans), ("num_classes", num_classes), ("stem_kernel", stem_kernel),
+                        ("img_size", img_size)):
+            _check_int(name, v)
+        if stem_kernel % 2 == 0:
+            raise ValueError(f"stem_kernel must be odd (zero padding on both edges), got {stem_kernel}")
+        check_choice("norm", norm, RESNET_NORMS)
+        _check_init(init)
+        if not (0 <= float(mu) <= 1):
+            raise ValueError(f"mu must be a number in [0, 1], got {mu!r}")
+        self.in_chans, self.img_size = in_chans, img_size
+        self.stem = nn.Conv2d(in_chans, channels[0], stem_kernel, padding=stem_kernel // 2)
+        layers, c = [], channels[0]
+        for stage, (n, cout) in enumerate(zip(blocks, channels)):
+            for i in range(n):
+                stride = 2 if stage > 0 and i == 0 else 1
+                layers.append(PreActBlock(c, cout, stride, mu, norm, activation))
+                c = cout
+        self.blocks = nn.Sequential(*layers)
+        self.head = None
+        if head:
+            self.head = nn.Sequential(nn.GroupNorm(1, c) if norm == "layer_norm" else nn.Identity(),
+                                      _activation(activation), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                      nn.Linear(c, num_classes))
+        if init == "fan_in":
+            _fan_in_init_(self, float(sigma_w), float(sigma_b),
+                          None if seed is None else torch.Generator().manual_seed(int(seed)))
+
+    def forward(self, x):
+        h = self.blocks(self.stem(x))
+        return h if self.head is None else self.head(h)
+
+    def autoinit_blocks(self):
+        return ["stem"] + [f"blocks.{i}" for i in range(len(self.blocks))]
+
+    def example_inputs(self, batch=2, generator=None):
+        return torch.randn(batch, self.in_chans, self.img_size, self.img_size, generator=generator)
+
+
+def resnet110(**kwargs):
+    """ResNet110 as the partial-Jacobian paper trains it (section 6): 3 stages of 18 pre-activation
+    BasicBlocks, 16, 32, 64 channels, LayerNorm in place of BatchNorm, CIFAR-sized inputs."""
+    return PreActResNet(blocks=(18, 18, 18), channels=(16, 32, 64), **kwargs)

@@ -226,12 +226,12 @@ def _run(arch, sw, sb, depth, width, n_init, batch, device, seed, dtype, *, esti
                 if track_J and l == l0:
                     J_all[sl, :, l - 1] = 1.0
                 if track_J and l == l0 and l < depth:
-                    cum = _probes(ctx, n_probes, B, T, width, exact, coupled, P, key=(2, l))
+                    cum = _probes(ctx, n_probes, B, z.shape[4], width, exact, coupled, P, key=(2, l))
                     R1 = cum.shape[2]
                     parts.append(cum)
                 R2 = 0
                 if l in chi_layers:
-                    fresh = _probes(ctx, n_probes, B, T, width, exact, coupled, P, key=(1, l))
+                    fresh = _probes(ctx, n_probes, B, z.shape[4], width, exact, coupled, P, key=(1, l))
                     R2 = fresh.shape[2]
                     parts.append(fresh)
                 if len(parts) > 1:

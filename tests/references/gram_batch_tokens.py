@@ -40,9 +40,9 @@ def _entrywise_act(name, K, T, B=None, TB=None):
     return Kn, Tn
 
 
-def batch_recursion(X, name, depth, sw, sb, mu=None, dps=50):
+def batch_recursion(X, name, depth, sw, sb, mu=None, dps=50, shortcut=False):
     """(K, Theta) ('ntk') of h^depth over the batch X (list of float64 rows), norm='bn' (with mu: the block
-    plus mu^2 times the skip)."""
+    plus mu^2 times the skip; with ``shortcut`` the skip is a dense layer of its own weights)."""
     with mp.workdps(dps):
         xs = [[mp.mpf(float(v)) for v in row] for row in X]
         n, d = len(xs), len(xs[0])
@@ -66,6 +66,9 @@ def batch_recursion(X, name, depth, sw, sb, mu=None, dps=50):
             T = [[K[i][j] + sw2 * D[i][j] for j in range(n)] for i in range(n)]
             if mu is not None:
                 m2 = mp.mpf(mu) ** 2
+                if shortcut:
+                    K0, T0 = ([[sw2 * v + sb2 for v in row] for row in K0],
+                              [[sw2 * (K0[i][j] + T0[i][j]) + sb2 for j in range(n)] for i in range(n)])
                 K = [[K[i][j] + m2 * K0[i][j] for j in range(n)] for i in range(n)]
                 T = [[T[i][j] + m2 * T0[i][j] for j in range(n)] for i in range(n)]
         return K, T

@@ -81,8 +81,9 @@ def _layer_norm(p):
     return _Pair(mp.mpf(1), mp.mpf(1), (p.K12 - p.m1 * p.m2) / d, p.T / d, p.Ts / d)
 
 
-def block(p, name, norm, mu, sw, sb, width):
-    """One block: [ln_pre: LN,] phi, [ln_post: LN,] dense; with mu: + mu^2 (skip)."""
+def block(p, name, norm, mu, sw, sb, width, shortcut=False):
+    """One block: [ln_pre: LN,] phi, [ln_post: LN,] dense; with mu: + mu^2 (skip), the skip a dense layer of
+    its own weights when ``shortcut`` (a projection: its state is the dense map of the input's)."""
     q = p
     if norm == "ln_pre":
         q = _layer_norm(q)
@@ -92,11 +93,13 @@ def block(p, name, norm, mu, sw, sb, width):
     q = _dense(q, sw, sb, width)
     if mu is not None:
         m2 = mu * mu
+        if shortcut:
+            p = _dense(p, sw, sb, width)
         q = _Pair(q.K1 + m2 * p.K1, q.K2 + m2 * p.K2, q.K12 + m2 * p.K12, q.T + m2 * p.T, q.Ts + m2 * p.Ts)
     return q
 
 
-def recursion(x, y, name, norm, mu, depth, sw, sb, width, dps=50, record=()):
+def recursion(x, y, name, norm, mu, depth, sw, sb, width, dps=50, record=(), shortcut=False):
     """{l: (K^l, Theta^l_ntk, Theta^l_standard)} of the pair (x, y) for l in ``record`` (and ``depth``).
 
     x, y: float64 vectors, taken exactly. width: the standard parameterisation's hidden fan-in.
@@ -117,7 +120,7 @@ def recursion(x, y, name, norm, mu, depth, sw, sb, width, dps=50, record=()):
         p = _Pair(K[0], K[1], K[2], K[2], raw[2] + 1)
         for layer in range(1, depth + 1):
             if layer > 1:
-                p = block(p, name, norm, mu, sw, sb, mp.mpf(width))
+                p = block(p, name, norm, mu, sw, sb, mp.mpf(width), shortcut)
             if layer in record or layer == depth:
                 out[layer] = (p.K12, p.T, p.Ts)
     return out
