@@ -42,9 +42,9 @@ CELL_TIMEOUT = 300           # seconds per cell; the slowest cell takes ~15 s on
 SUMMARY_TAG = "__NOTEBOOK_SUMMARY__"
 # every notebook in notebooks/ must be listed here (and tested below)
 TESTED = {"critical_lines", "phase_diagrams", "critical_exponents", "monte_carlo_verification",
-          "kernel_shaping", "autoinit", "your_own_architecture", "gram_regression"}
+          "kernel_shaping", "autoinit", "your_own_architecture", "gram_regression", "cnn_phase_diagram"}
 WITH_SUMMARY = {"phase_diagrams", "critical_exponents", "monte_carlo_verification", "your_own_architecture",
-                "gram_regression"}
+                "gram_regression", "cnn_phase_diagram"}
 
 try:
     import torch  # noqa: F401
@@ -502,3 +502,24 @@ def test_gram_regression_notebook(run_notebook):
     K = brentq(lambda k: q(k, k) - k, 1e-6, 100)
     c = brentq(lambda c: q(c * K, K) / K - c, 1e-9, 0.999)
     assert abs(s["c_chaotic"] - c) < 1e-10
+
+
+@pytest.mark.slow
+@needs_torch
+def test_cnn_phase_diagram_notebook(run_notebook):
+    """The LayerNorm ResNet's chi_J* against the closed form derived by hand (exact rationals + mpmath, in
+    tests/references), the control exactly 1, the suite's rule re-applied here to the stored Monte Carlo and
+    the notebook's theory, and the staged ResNet read from torch as resnet_v2's tree, ordered at mu = 0.5."""
+    import references as R
+
+    _, out, s = run_notebook("cnn_phase_diagram")
+    for mu, v, c in zip(s["mus"], s["chi_star"]["same"], s["chi_star"]["circular"]):
+        if mu < 1:
+            assert abs(v / float(R.ln_resnet_chi_star((8, 8), 2, mu)) - 1) < 1e-8, mu
+            assert abs(c - 1) < 1e-10, mu
+    data = json.loads((ROOT / "docs" / "figures" / "ln_resnet_phase.json").read_text())
+    for name, th in s["theory"].items():
+        mc, se, th = (np.asarray(v) for v in (data["planes"][name]["chi_J"], data["planes"][name]["chi_J_se"], th))
+        assert np.all(np.abs(mc - th) <= 4 * se + 2 * data["layer"] / data["width"] * np.abs(th)), name
+    assert s["within_rule"] is True and s["same_tree"] is True
+    assert len(s["staged_chi"]) == 12 and max(s["staged_chi"]) < 1

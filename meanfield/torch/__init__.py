@@ -29,13 +29,14 @@ from .autoinit import (AutoInitError, AutoInitReport, apjn_vs_batch_size, apply_
                        load_scales, save_scales)
 from .estimators import exact_apjn, hutchinson_apjn
 from .from_torch import from_torch, initialise_
-from .models import MLPMixer, ResMLP, VGG, mixer_s16, resmlp_s12, vgg19_bn
+from .models import VGG, MLPMixer, PreActResNet, ResMLP, mixer_s16, resmlp_s12, resnet110, vgg19_bn
 from .networks import realise
 
 __all__ = [
     "AutoInitError",
     "AutoInitReport",
     "MLPMixer",
+    "PreActResNet",
     "ResMLP",
     "TORCH_ACTIVATIONS",
     "VGG",
@@ -51,6 +52,7 @@ __all__ = [
     "mixer_s16",
     "realise",
     "resmlp_s12",
+    "resnet110",
     "save_scales",
     "torch_activation",
     "torch_module",
