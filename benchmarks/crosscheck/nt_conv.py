@@ -23,6 +23,8 @@ blocks, then the mean over positions):
 * ``layer_norm(axis='positions')`` before phi: ``LayerNorm(axis=(1, 2, 3), eps=0)`` (neural-tangents'
   LayerNorm needs a Gaussian input: pre-activation only);
 * residual ``h <- mu h + branch(h)``: ``FanOut(2), parallel(DotGeneral(lhs=mu), branch), FanInSum``;
+* a projection shortcut ``residual(..., shortcut=s, mu=mu)``: ``FanOut(2), parallel(serial(s, DotGeneral(lhs=mu)),
+  branch), FanInSum``; ``resnet_v2`` as that, stage by stage (:func:`resnet_v2` below);
 * read-out: ``GlobalAvgPool()`` (``readout='mean'``) or ``Flatten()`` (``readout='flatten'``).
 
 Strides are compared where torch's symmetric padding and TensorFlow's 'SAME' (extra pad at the end)
@@ -94,12 +96,37 @@ def block(kind, phi, mu, sw, sb, param):
     elif kind == "valid-strided":
         nt = [nt_phi(), stax.Conv(WIDTH, (3, 3), strides=(2, 2), padding="VALID", **conv)]
         ours = [mf_phi(), mf.conv((3, 3), padding="valid", stride=2)]
+    elif kind == "resnet-v2":
+        return resnet_v2(phi, mu, sw, sb, param)
     else:
         raise ValueError(kind)
     if mu is None:
         return stax.serial(*nt), mf.Network(mf.serial(*ours))
     return (stax.serial(stax.FanOut(2), stax.parallel(stax.DotGeneral(lhs=mu), stax.serial(*nt)), stax.FanInSum()),
             mf.Network(mf.residual(*ours, mu=mu)))
+
+
+def resnet_v2(phi, mu, sw, sb, param, blocks=(1, 1, 1)):
+    """(stax body, meanfield network) of ``mf.resnet_v2(blocks)``: pre-activation BasicBlocks, every stage after
+    the first strided by 2 in its first block with the projection shortcut of the pre-activation, scaled by mu
+    (``DotGeneral(lhs=mu)`` after the shortcut's 1 x 1 convolution)."""
+    nt_phi, _ = PHI[phi]
+    conv = dict(W_std=sw, b_std=sb, parameterization=param)
+
+    def pre():
+        return [stax.LayerNorm(axis=(1, 2, 3), eps=0.0), nt_phi()]
+
+    body = []
+    for stage, n in enumerate(blocks):
+        for i in range(n):
+            s = 2 if stage > 0 and i == 0 else 1
+            branch = stax.serial(*pre(), stax.Conv(WIDTH, (3, 3), strides=(s, s), padding="SAME", **conv), *pre(),
+                                 stax.Conv(WIDTH, (3, 3), padding="SAME", **conv))
+            skip = (stax.DotGeneral(lhs=mu) if s == 1 else
+                    stax.serial(*pre(), stax.Conv(WIDTH, (1, 1), strides=(2, 2), padding="SAME", **conv),
+                                stax.DotGeneral(lhs=mu)))
+            body.append(stax.serial(stax.FanOut(2), stax.parallel(skip, branch), stax.FanInSum()))
+    return stax.serial(*body), mf.Network(mf.resnet_v2(blocks, phi=phi, mu=mu))
 
 
 CASES = [  # (block, activation, mu, sigma_w, sigma_b, depth[, read-out])
@@ -114,6 +141,9 @@ CASES = [  # (block, activation, mu, sigma_w, sigma_b, depth[, read-out])
     ("conv-same", "relu", 0.8, 1.3, 0.2, 6, "flatten"),
     ("pool-conv", "gelu", 0.7, 1.2, 0.3, 5, "flatten"),
     ("conv-circular", "erf", None, 1.5, 0.2, 4, "flatten"),
+    # a body of three stages (5 x 5 -> 3 x 3 -> 2 x 2, two projection shortcuts) as one block
+    ("resnet-v2", "relu", 0.8, 1.3, 0.2, 2),
+    ("resnet-v2", "gelu", 0.6, 1.2, 0.3, 3, "flatten"),
 ]
 
 
