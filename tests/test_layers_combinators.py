@@ -132,3 +132,19 @@ def test_a_staged_resnet_of_21_blocks_follows_the_walk_over_positions(phi, paddi
     net = mf.Network(mf.resnet_v2((7, 7, 7), phi=phi, padding=padding, mu=mu))
     rows = _mc_against_theory(net, 21, 1.3, 0.1)
     assert all(ok for *_, ok in rows), rows
+
+
+@pytest.mark.parametrize("sw2", [2.0, 3.0])
+def test_strided_stages_do_not_order_a_circular_resnet(sw2):
+    """Which ingredient orders the LayerNorm ResNet: not the strided stages. On a homogeneous input (orthogonal
+    positions of equal norm) with circular padding, ReLU, sigma_b = 0, every block inside a stage tends to
+    chi_J = 1, as in the MLP; the projection block alone has the factor derived by hand: after LayerNorm and
+    ReLU both of its summands give sigma_w^2 / (2 K), so chi = (1 + mu^2) sigma_w^2 / (2 K*) with the previous
+    stage's K* = sigma_w^2 / (2 (1 - mu^2)): 1 - mu^4, once per stage."""
+    mu, d = 0.5, 64
+    q = np.linalg.qr(np.random.default_rng(0).standard_normal((d, d)))[0]
+    x = (np.sqrt(d) * q).reshape(1, 8, 8, d)
+    net = mf.Network(mf.resnet_v2((10, 10, 10), mu=mu, padding="circular"))
+    chi = token_jacobians(net, x, 1, np.sqrt(sw2), 0.0, per_layer=True)["chi_J"][:, 0]
+    assert np.allclose(chi[[9, 19, 29]], 1.0, atol=2e-5)
+    assert np.allclose(chi[[10, 20]], 1 - mu**4, atol=2e-6)
