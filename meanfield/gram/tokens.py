@@ -197,6 +197,12 @@ class TokenWalk:
         self.vals, self.parameterization, self.ntk = vals, parameterization, want_ntk
         self.sw, self.sb, self.width = sw, sb, width
 
+    @classmethod
+    def of(cls, spec, sigma_w: float, sigma_b: float) -> "TokenWalk":
+        """The walk of a network's kernels alone (no NTK) at (sigma_w, sigma_b), its mu and eps as the
+        network sets them."""
+        return cls(_values(spec), "ntk", False, float(sigma_w), float(sigma_b), 1.0)
+
     def number(self, e) -> float:
         """A node parameter's value (sigma_w, sigma_b of the call; mu, eps of the network)."""
         import sympy as sp

@@ -18,6 +18,7 @@ from .lines import (PHASE_CHAOTIC, PHASE_CRITICAL, PHASE_DIVERGENT, PHASE_ORDERE
                     PHASES, CriticalLine, CriticalPoint, CriticalPoints, FixedPoint, PhaseDiagram,
                     asymptotic_regime, correlation_length, critical_line, critical_point, fixed_points,
                     phase_diagram)
+from .positions import PositionFixedPoint, position_fixed_point, position_phase_diagram
 
 __all__ = [
     "ApproximationWarning",
@@ -34,6 +35,7 @@ __all__ = [
     "PHASE_ORDERED",
     "PHASE_UNDETERMINED",
     "PhaseDiagram",
+    "PositionFixedPoint",
     "apjn_from_input",
     "asymptotic_regime",
     "chi_Delta",
@@ -43,6 +45,8 @@ __all__ = [
     "exponents",
     "fixed_points",
     "phase_diagram",
+    "position_fixed_point",
+    "position_phase_diagram",
     "FixedPointState",
     "KernelProfile",
     "chi_J",
