@@ -15,8 +15,8 @@ _EXPORTS = {
     **dict.fromkeys(("Activation", "activation", "available_activations"), "activations"),
     **dict.fromkeys(("Architecture", "as_architecture", "Network", "from_json", "to_json"), "calculus"),
     # the composition API: one module per primitive family (meanfield/layers/)
-    **dict.fromkeys(("act", "avg_pool", "batch_norm", "conv", "dense", "group_norm", "layer_norm", "mixer", "mlp", "resmlp", "residual",
-                     "resnet_v2", "rms_norm", "scale", "serial"), "layers"),
+    **dict.fromkeys(("act", "attention", "avg_pool", "batch_norm", "conv", "dense", "group_norm", "layer_norm", "mixer", "mlp", "resmlp", "residual",
+                     "resnet_v2", "rms_norm", "scale", "serial", "transformer"), "layers"),
     **dict.fromkeys(("Recursion", "recursion"), "symbolic"),
     # NNGP / NTK Gram matrices on real inputs (numpy; the recursion is compiled on first use)
     **dict.fromkeys(("Kernels", "kernels"), "gram"),
@@ -31,6 +31,7 @@ _OWN_NAMES = [
     "Kernels",
     "Recursion",
     "act",
+    "attention",
     "avg_pool",
     "batch_norm",
     "conv",
@@ -48,6 +49,7 @@ _OWN_NAMES = [
     "group_norm",
     "scale",
     "serial",
+    "transformer",
     "to_json",
     "activation",
     "as_architecture",

@@ -1,4 +1,5 @@
-"""Monte Carlo on real networks for RMSNorm and SELU/ELU/hard-tanh against the theory (suite rule)."""
+"""Monte Carlo on real networks for RMSNorm, SELU/ELU/hard-tanh and a LayerNorm after a residual sum against the
+theory (suite rule)."""
 import numpy as np
 import pytest
 
@@ -42,6 +43,8 @@ def test_small(build, sw, sb):
     (lambda: mf.Network(mf.residual(mf.rms_norm(), mf.act("relu"), mf.dense()), mu=0.9), 1.4, 0.2),
     (lambda: mf.Network(mf.serial(mf.act("tanh"), mf.rms_norm(), mf.dense())), 1.2, 0.1),
     (lambda: mf.Architecture("selu"), 1.0, 0.0),
-], ids=["rms-pre-res", "rms-post", "selu"])
+    # post-LN: the block ends in a LayerNorm with no fresh weights after it
+    (lambda: mf.Network(mf.serial(mf.residual(mf.act("tanh"), mf.dense(), mu=0.7), mf.layer_norm())), 1.6, 0.3),
+], ids=["rms-pre-res", "rms-post", "selu", "ln-after-residual"])
 def test_deep_wide(build, sw, sb):
     _agree(build(), sw, sb, depth=20, width=512, n_init=16)

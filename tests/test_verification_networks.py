@@ -26,6 +26,9 @@ ARCHS = [
     mf.Network(mf.residual(mf.layer_norm(), mf.act("relu"), mf.dense(), shortcut=[mf.layer_norm(), mf.dense()]),
                mu=0.5),
     mf.Network(mf.residual(mf.act("gelu"), mf.conv(3, stride=2), shortcut=mf.conv(1, stride=2)), mu=0.7),
+    # attention: the tangents of the softmax weights (tied 1/d logits, two heads; independent 1/sqrt(d), three)
+    mf.Network(mf.residual(mf.layer_norm(), mf.attention(2, tied=True, sigma_q=1.7, sigma_k=0.6), mu=0.5)),
+    mf.Network(mf.serial(mf.act("tanh"), mf.attention(3, scaling="1/sqrt(d)", sigma_v=1.3, sigma_b=0.2))),
 ]
 
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from .._validate import check_choice, check_int
 from ..activations import Activation, activation as make_activation
+from .attention import Attention
 from .base import Primitive
 from .combinators import Chain, Residual, residual
 from .conv import conv
@@ -14,7 +15,12 @@ from .elementwise import ActivationLayer, Scale
 from .linear import Dense
 from .norms import BatchNorm, LayerNormPost, LayerNormPre, layer_norm
 
-__all__ = ["mlp_block", "resmlp_block", "mixer_block", "mlp", "resmlp", "mixer", "resnet_v2", "RESNET_NORMS"]
+__all__ = ["mlp_block", "resmlp_block", "mixer_block", "mlp", "resmlp", "mixer", "resnet_v2", "RESNET_NORMS",
+           "transformer", "TRANSFORMER_NORMS"]
+
+#: where a transformer block puts its LayerNorms: before each sublayer, inside the residual branch ('pre',
+#: the ViT's), or after each residual sum ('post', the original transformer's)
+TRANSFORMER_NORMS = ("pre", "post")
 
 #: the normalisations of :func:`resnet_v2`: over (channels, positions) as torch's nn.LayerNorm([C, H, W]) or
 #: nn.GroupNorm(G, C) write it, or none
@@ -157,4 +163,36 @@ def resnet_v2(blocks=(2, 2, 2), phi="relu", norm: str = "layer_norm", mu=None, k
             branch = pre() + [conv(k, stride=stride, padding=padding)] + pre() + [conv(k, padding=padding)]
             shortcut = pre() + [conv(one, stride=2)] if stride == 2 else None
             out.append(residual(*branch, mu=mu, shortcut=shortcut))
+    return Chain(tuple(out))
+
+
+def transformer(phi="gelu", norm: str = "pre", attention: Attention | None = None, mlp: bool = True,
+                mu=None) -> Chain:
+    """A transformer encoder block over the tokens (Vaswani et al. 2017; the ViT's, Dosovitskiy et al. 2021):
+
+        'pre':   h -> mu h + A(LN(h)),     then  h -> mu h + W2 phi(W1 LN(h) + b1) + b2
+        'post':  h -> LN(mu h + A(h)),     then  h -> LN(mu h + W2 phi(W1 h + b1) + b2)
+
+    with A the self-attention sublayer ``attention`` (default ``attention()``: one head,
+    independent query and key weights, 1/d_h logits; see its notes for the limits) and LN the LayerNorm over
+    each token's channels. ``mlp=False`` drops the MLP sublayer (stacked attention, as in the partial-Jacobian
+    paper's appendix C). ``mu``: the residual strength (None: the symbol mu, set by ``Network(mu=)``).
+    Returns the tree, for ``Network(transformer(...))``; inputs are (n, T, d) arrays of tokens.
+    """
+    check_choice("norm", norm, TRANSFORMER_NORMS)
+    if not isinstance(mlp, (bool, np.bool_)):
+        raise ValueError(f"mlp must be True or False, got {mlp!r}")
+    if attention is None:
+        from .attention import attention as make_attention
+
+        attention = make_attention()
+    if not isinstance(attention, Attention):
+        raise ValueError(f"attention must be an attention(...) node, got {attention!r}")
+    sublayers = [[attention]] + ([[Dense(), ActivationLayer(make_activation(phi)), Dense()]] if mlp else [])
+    out = []
+    for layers in sublayers:
+        if norm == "pre":
+            out.append(residual(layer_norm(), *layers, mu=mu))
+        else:
+            out += [residual(*layers, mu=mu), layer_norm()]
     return Chain(tuple(out))

@@ -57,6 +57,17 @@ def _features_only(norm):
         raise ValueError(f"{short(norm)}: Gram matrices over inputs are for normalisations over the features only")
 
 
+def _guarded(norm) -> bool:
+    """Whether a LayerNorm must be followed by fresh weights in its serial (``Primitive.elementwise``).
+
+    Over the features its divisor is deterministic at infinite width, so its Jacobian is a number per token
+    (up to rank-two projections of O(1/N)) and chi factorises with or without fresh weights after it: the
+    post-LN transformer ends its blocks with one. Along the Mixer's channels, the tokens or the positions it
+    stays guarded.
+    """
+    return norm.axis != "features"
+
+
 def _channel_norm_tokens(norm, s):
     """A LayerNorm over the channels of each (image, token) on a :class:`~.state.TokenSignal`
     (:mod:`meanfield.gram.tokens`): the channel mean removes the part B common to the channels and the
@@ -83,7 +94,10 @@ class LayerNormPre(Primitive):
     """
 
     axis: str = "features"
-    elementwise = True
+
+    @property
+    def elementwise(self) -> bool:
+        return _guarded(self)
 
     def forward(self, s):
         require_gaussian(self, s)
@@ -228,8 +242,11 @@ class LayerNorm(Primitive):
     """
 
     axis: str = "features"
-    elementwise = True
     torch_modules_read = "nn.LayerNorm"
+
+    @property
+    def elementwise(self) -> bool:
+        return _guarded(self)
 
     def forward(self, s):
         if _centres_pair(self, s):

@@ -26,6 +26,7 @@ from its limit by O(depth/width) (Hanin & Nica 2019), which the tests allow for.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -162,9 +163,10 @@ def _check_empirical_args(spec, parameterization, get, depth, width, n_init, n_o
         if sw == 0 or sb == 0:
             raise ValueError("the standard parameterisation's empirical NTK is read off the NTK one by "
                              "rescaling gradients: it needs sigma_w > 0 and sigma_b > 0")
-        if any(p.fresh_weights and (p.sigma_w != S.sigma_w or p.sigma_b != S.sigma_b) for p in spec.nodes()):
-            raise ValueError("the standard parameterisation's empirical NTK needs every dense() at the "
-                             "symbols sigma_w, sigma_b (no numbers fixed in the tree)")
+        if not all(_scales_are_the_symbols(p) for p in spec.nodes() if p.fresh_weights):
+            raise ValueError("the standard parameterisation's empirical NTK needs every weight scale of the tree "
+                             "at the symbol sigma_w and every bias scale at sigma_b (no numbers fixed in the tree; "
+                             "attention(sigma_q='sigma_w', ...) for its projections)")
     return get, depth, width, n_init, n_outputs, sw, sb
 
 
@@ -190,6 +192,13 @@ def _empirical_batch(spec, x1, x2, ntk_rows):
         if rows.size < 1 or rows.min() < 0 or rows.max() >= n1:
             raise ValueError(f"ntk_rows must be indices in [0, {n1}), got {ntk_rows!r}")
     return (torch.cat([a, b]) if x2 is not None else a), n1, rows
+
+
+def _scales_are_the_symbols(node) -> bool:
+    """Whether every weight scale of a node with fresh weights (its fields sigma_*) is the symbol sigma_w and
+    its bias scale sigma_b: what reading the standard NTK off the draws' gradients assumes."""
+    scales = [f.name for f in dataclasses.fields(node) if f.name.startswith("sigma_")]
+    return all(getattr(node, n) == (S.sigma_b if n == "sigma_b" else S.sigma_w) for n in scales)
 
 
 def _empirical_ntk(net, ctx, gen, params, device, dtype, B, sel, n_outputs, parameterization, sw, sb):

@@ -196,3 +196,31 @@ def ln_resnet_chi_star(grid, convs, mu):
         rho *= mp.mpf(total.numerator) / total.denominator / n / lam ** convs
     mu2 = mp.mpf(mu) ** 2
     return mu2 + (1 - mu2) * rho
+
+
+# ---------------------------------------------------------------------------
+# Tied self-attention with 1/d logits on tokens of equal norm and equal overlaps.
+# ---------------------------------------------------------------------------
+def tied_attention_walk(a, b, T, c, s2, sb2, depth):
+    r"""The token kernel A = a I + b 1 1^T (T tokens) through ``depth`` tied-attention layers, with the
+    Jacobian between positions V = v I + w 1 1^T from V = I beside it.
+
+    Derived by hand. The logits c A_{tu} (c = sigma_q sigma_k) are c (a + b) on the diagonal and c b off it,
+    so the softmax is P = alpha I + r 1 1^T with r = 1 / (e^{c a} + T - 1) and alpha = (e^{c a} - 1) r, whose
+    rows sum to alpha + r T = 1. Then, with 1 1^T squared = T 1 1^T,
+
+        P (a I + b 1 1^T) P^T = alpha^2 a I + (b + r a (1 + alpha)) 1 1^T,
+
+    and the layer maps A -> s2 P A P^T + sb2 1 1^T (s2 = sigma_o^2 sigma_v^2) and V -> s2 P V P^T (the same
+    rule without the bias). Returns mpmath lists, one entry per layer after the first (a, b, v, w).
+    """
+    a, b, c, s2, sb2 = (mp.mpf(z) for z in (a, b, c, s2, sb2))
+    v, w = mp.mpf(1), mp.mpf(0)
+    out = []
+    for _ in range(depth):
+        r = 1 / (mp.exp(c * a) + T - 1)
+        alpha = (mp.exp(c * a) - 1) * r
+        a, b = s2 * alpha**2 * a, s2 * (b + r * a * (1 + alpha)) + sb2
+        v, w = s2 * alpha**2 * v, s2 * (w + r * v * (1 + alpha))
+        out.append((a, b, v, w))
+    return out
