@@ -40,6 +40,9 @@ def test_compare_can_fail():
     assert cases.compare(float("inf"), 1e308, 1e-13)
     assert cases.compare("critical", "ordered", 1e-13)
     assert cases.compare({"a": [1.0, 2.0]}, {"a": [1.0]}, 1e-13)
+    assert cases.compare({"a": 1.0}, {"a": 1.0, "b": None}, 1e-13) == []
+    assert cases.compare({"a": 1.0}, {"a": 1.0, "b": 0.0}, 1e-13)
+    assert cases.compare({"a": 1.0, "b": None}, {"a": 1.0}, 1e-13)
     assert cases.compare(0.0, 1e-299, 1e-13)
 
 

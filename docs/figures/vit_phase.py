@@ -7,8 +7,9 @@ input is 16 orthonormal tokens through a per-token embedding, as :func:`meanfiel
 draws it. Measured: J^{L-2,L-1}, the APJN of the last block but one, with
 :func:`meanfield.verification.phase_diagram` (32 initialisations, common random numbers over each grid).
 
-The theory of the 1/sqrt(d_h) kernel is not in the package yet (docs/gram.md, "Attention and transformer
-blocks"), so these are measurements only; docs/errata.md compares them with the paper's three claims.
+These are measurements only (the package's 1/sqrt(d_h) theory is a sampled walk without a fixed-point
+solver yet: docs/gram.md, "Attention and transformer blocks"); docs/errata.md compares them with the paper's
+three claims.
 
 Planes: (sigma_w^2, mu) at sigma_b = 0 for the four blocks (Fig. 7), and (sigma_w^2, sigma_b^2) for stacked
 attention layers with no LayerNorm and no residual, with and without the MLP (Fig. 8). Writes

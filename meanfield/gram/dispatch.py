@@ -72,9 +72,9 @@ def kernels(arch=None, x1=None, x2=None, depth=None, sigma_w=None, sigma_b=None,
     width = float(width) if width is not None else None
     if spec.has_tokens:
         # token blocks and convolutions: images (n, T, d), the (nT) x (nT) state of meanfield.gram.tokens
-        K, Th, diag = token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, n_width, per_layer,
-                                    readout)
-        return Kernels(spec, sw, sb, depth, parameterization, width, K, Th, diag, None, readout)
+        K, Th, diag, K_se = token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, n_width, per_layer,
+                                          readout)
+        return Kernels(spec, sw, sb, depth, parameterization, width, K, Th, diag, None, readout, K_se)
     a = feature_rows("x1", x1)
     same = x2 is None
     b = a if same else feature_rows("x2", x2)

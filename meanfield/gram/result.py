@@ -22,8 +22,10 @@ class Kernels(Result):
     tr(PKP)^2 / tr((PKP)^2) at each block's BatchNorm (the smallest when
     there are several); the large-batch limit is exact as it grows, with
     O(1 / n_eff) corrections per block. ``readout``: for inputs with
-    positions, 'mean' (over the positions) or 'flatten'. Conventions:
-    :mod:`meanfield.gram`.
+    positions, 'mean' (over the positions) or 'flatten'. ``nngp_se`` (trees
+    with 1/sqrt(d) attention only): the standard error of ``nngp``, whose
+    expectation over the attention logits is sampled (8 independent walks).
+    Conventions: :mod:`meanfield.gram`.
     """
 
     architecture: object
@@ -37,4 +39,5 @@ class Kernels(Result):
     nngp_diag: np.ndarray | None = None
     batch_n_eff: np.ndarray | None = None
     readout: str = "mean"
+    nngp_se: np.ndarray | None = None
 

@@ -116,7 +116,7 @@ from ..layers.combinators import Chain
 from ..layers.state import TokenSignal
 from .pair_maps import _NEAR, _cached, _compile_layers, _full, _input_gap, _lambdify, _naive_gap, _values
 
-__all__ = ["token_kernels", "token_inputs", "token_state", "token_jacobians", "TokenWalk"]
+__all__ = ["token_kernels", "token_inputs", "token_state", "token_jacobians", "TokenWalk", "replicated"]
 
 
 def token_inputs(name, x, position_dims=1):
@@ -192,6 +192,8 @@ class TokenWalk:
 
     #: entries whose gap 1 - rho^2 is below this take their values from the activations' gap maps
     near = _NEAR
+    #: the seed of the draws of sampled nodes (1/sqrt(d) attention): the same draws at every layer of a walk
+    seed = 0
 
     def __init__(self, vals, parameterization, want_ntk, sw, sb, width):
         self.vals, self.parameterization, self.ntk = vals, parameterization, want_ntk
@@ -252,9 +254,36 @@ class TokenWalk:
         return pair, (with_gap if fg.carries_gap else None)
 
 
-def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False, readout="mean"):
+def replicated(run, spec, walks: int = 8):
+    """``run(seed)`` -> a dict of arrays, once for a tree without sampled nodes ({}, no errors); else ``walks``
+    independent walks (seeds 0..walks-1), returning (the mean of each array, its standard error), and
+    ValueError where a result's relative error exceeds the tree's ``rtol`` (the smallest of its nodes')."""
+    sampled = [p for p in spec.nodes() if getattr(p, "sampled", False)]
+    if not sampled:
+        return run(0), {}
+    outs = [run(seed) for seed in range(walks)]
+    mean = {k: np.mean([o[k] for o in outs], axis=0) for k in outs[0] if outs[0][k] is not None}
+    se = {k: np.std([o[k] for o in outs], axis=0, ddof=1) / np.sqrt(walks) for k in mean}
+    rtol = min(p.rtol for p in sampled)
+    for k in mean:
+        if not mean[k].size:
+            continue
+        # relative to each entry, floored at 1e-3 of the array's largest (entries that cancel to ~0)
+        floor = 1e-3 * np.max(np.abs(mean[k]))
+        with np.errstate(all="ignore"):
+            rel = float(np.nanmax(se[k] / np.maximum(np.abs(mean[k]), floor)))
+        if rel > rtol:
+            samples = max(p.samples for p in sampled)
+            raise ValueError(f"{k}: the expectation over the 1/sqrt(d) attention logits has a relative standard "
+                             f"error of {rel:.2g} with samples={samples} per walk ({walks} walks), above rtol="
+                             f"{rtol:g}; give the attention node more samples (about "
+                             f"{int(samples * (rel / rtol) ** 2) + 1}) or a larger rtol")
+    return mean, se
+
+
+def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False, readout="mean", seed=0):
     """The state after depth - 1 blocks for images x (n, T, d) or (n, H, W, d), and the pooled diagonal per
-    layer."""
+    layer (``seed``: the draws of sampled nodes)."""
     grid = x.shape[1:-1]
     x = x.reshape(x.shape[0], -1, x.shape[-1])
     n, T, d = x.shape
@@ -264,6 +293,7 @@ def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=Fa
     TA = (A.copy() if parameterization == "ntk" else dots + 1.0) if want_ntk else None
     s = TokenSignal(A, Z, TA, Z.copy() if want_ntk else None, G=_initial_gap(x, dots, sw, sb), grid=grid)
     walk = TokenWalk(_values(spec), parameterization, want_ntk, sw, sb, width)
+    walk.seed = seed
     block = spec.block_spec()
     diag = [np.diag(_readout(s.A, readout)).copy()] if per_layer else None
     with np.errstate(all="ignore"):
@@ -369,30 +399,37 @@ def token_jacobians(arch, x, depth, sigma_w, sigma_b, per_layer=False):
     sw, sb = float(sigma_w), float(sigma_b)
     dots = np.einsum("atk,bsk->atbs", rows, rows)
     A = sw**2 * dots / d + sb**2
-    s = TokenSignal(A, np.zeros_like(A), None, None, grid=grid, J=np.eye(T)[None, :, :, None].repeat(n, 0))
-    walk = TokenWalk(_values(spec), "ntk", False, sw, sb, 1.0)
     block = spec.block_spec()
     units = list(block.layers) if per_layer and isinstance(block, Chain) else [block]
-    chi, J, K = [], [np.ones(n)], [s.variances.mean(axis=1)]
-    with np.errstate(all="ignore"):
-        for unit in units * depth:
-            eye = np.eye(s.J.shape[1])[None, :, :, None].repeat(n, 0)
-            s = unit.gram_tokens(replace(s, J=np.concatenate([eye, s.J], axis=3)), walk)
-            diag = np.einsum("appw->apw", s.J)
-            chi.append(diag[..., 0].mean(axis=1))
-            J.append(diag[..., 1].mean(axis=1))
-            profile = diag[..., 0]
-            s = replace(s, J=s.J[..., 1:])
-            K.append(s.variances.mean(axis=1))
-    rows = len(chi)
-    return {"chi_J": np.array(chi), "J": np.array(J[:rows]), "K": np.array(K[:rows]), "profile": profile}
+
+    def walk_once(seed):
+        s = TokenSignal(A, np.zeros_like(A), None, None, grid=grid, J=np.eye(T)[None, :, :, None].repeat(n, 0))
+        walk = TokenWalk(_values(spec), "ntk", False, sw, sb, 1.0)
+        walk.seed = seed
+        chi, J, K = [], [np.ones(n)], [s.variances.mean(axis=1)]
+        with np.errstate(all="ignore"):
+            for unit in units * depth:
+                eye = np.eye(s.J.shape[1])[None, :, :, None].repeat(n, 0)
+                s = unit.gram_tokens(replace(s, J=np.concatenate([eye, s.J], axis=3)), walk)
+                diag = np.einsum("appw->apw", s.J)
+                chi.append(diag[..., 0].mean(axis=1))
+                J.append(diag[..., 1].mean(axis=1))
+                profile = diag[..., 0]
+                s = replace(s, J=s.J[..., 1:])
+                K.append(s.variances.mean(axis=1))
+        rows = len(chi)
+        return {"chi_J": np.array(chi), "J": np.array(J[:rows]), "K": np.array(K[:rows]), "profile": profile}
+
+    out, se = replicated(walk_once, spec)
+    return out | {f"{k}_se": v for k, v in se.items()}
 
 
 def token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, width, per_layer, readout="mean"):
     """The Gram matrices over images of a token block; the body of :func:`meanfield.kernels` for them.
 
-    Returns the tuple (nngp, ntk, nngp_diag) with nngp, ntk of shape (n1, n2)
-    (None when not asked for) and nngp_diag (depth, n1) or None.
+    Returns the tuple (nngp, ntk, nngp_diag, nngp_se) with nngp, ntk of shape (n1, n2)
+    (None when not asked for), nngp_diag (depth, n1) or None, and nngp_se the standard error of nngp where a
+    node samples its expectation (1/sqrt(d) attention; :func:`replicated`), else None.
     """
     check_choice("parameterization", parameterization, ("ntk", "standard"))
     want_ntk = "ntk" in get
@@ -404,13 +441,18 @@ def token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, width, per
                          f"{b.shape[1:]}")
     n1 = a.shape[0]
     x = a if same else np.concatenate([a, b])
-    s, diag = _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer, readout)
-    K = _readout(s.A, readout)
-    Th = _readout(s.TA, readout) if want_ntk else None
+
+    def walk_once(seed):
+        s, diag = _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer, readout, seed)
+        return {"nngp": _readout(s.A, readout), "ntk": _readout(s.TA, readout) if want_ntk else None,
+                "diag": np.array(diag) if per_layer else None}
+
+    out, se = replicated(walk_once, spec)
+    K, Th, diag = out["nngp"], out.get("ntk"), out.get("diag")
     for name, M in (("nngp", K), ("ntk", Th)):
         if M is not None and not np.all(np.isfinite(M)):
             raise ValueError(f"the {name} kernel is not finite at depth {depth} for sigma_w={sw:g}, sigma_b={sb:g} "
                              "(beyond float64, or a normalisation of a zero signal)")
     cut = (slice(None), slice(None)) if same else (slice(0, n1), slice(n1, None))
     return (K[cut] if "nngp" in get else None, None if Th is None else Th[cut],
-            np.array(diag)[:, :n1] if per_layer else None)
+            np.array(diag)[:, :n1] if per_layer else None, se["nngp"][cut] if se else None)

@@ -37,10 +37,33 @@ kernel maps as A does, TA' = own + sigma_o^2 sigma_v^2 P TA P^T; W_Q and W_K add
 
 Where the limit is exact: d_h -> infinity at fixed T, with the input's channels independent (every
 transformer: attention, dense layers and per-token norms keep them so; a token-mixing dense layer shared by
-the channels, as in the Mixer, does not). The standard 1/sqrt(d_h) scaling keeps the logits random (Gaussian
-with covariance sigma_q^2 sigma_k^2 A_{tt'} A_{uu'}) and has a Gaussian limit only with infinitely many
-heads; its kernel has no closed form: ``scaling='1/sqrt(d)'`` is realised in torch (Monte Carlo) and refused
-by the theory's walks, by name.
+the channels, as in the Mixer, does not).
+
+**1/sqrt(d_h) logits** (``scaling='1/sqrt(d)'``, the standard transformer's; independent W_Q, W_K). The
+logits stay random at infinite width: by the central limit theorem over a head's channels they are Gaussian,
+jointly over inputs, with
+
+    Cov(s_x[t, u], s_x'[t', u']) = sigma_q^2 sigma_k^2 A[(x, t), (x', t')] A[(x, u), (x', u')]
+
+(Hron et al. 2020, section 3), independent between heads and of the values. The output is Gaussian only
+when W_O averages infinitely many heads (d_h -> infinity first, then H), and then
+
+    A' = sigma_o^2 sigma_v^2 E_s[P_x A_xx' P_x'^T] + sigma_b^2.
+
+The path through the softmax weights no longer vanishes: a probe changes the logits by
+ds_tu = (dq_t . k_u + q_t . dk_u) / sqrt(d_h), Gaussian and independent of s with
+Cov(ds_tu, ds_t'u') = sigma_q^2 sigma_k^2 (V_tt' A_uu' + A_tt' V_uu') (V the Jacobian between positions),
+and dP_t = D^t ds_t with D^t = diag(P_t) - P_t P_t^T, so (derived here)
+
+    V' = sigma_o^2 sigma_v^2 E_s[P V P^T + sigma_q^2 sigma_k^2 (V o F_A + A o F_V)],
+    F_X[t, t'] = <D^t A D^t', X>   (entrywise product o, Frobenius product <.,.>).
+
+No closed form: the expectations are sampled, ``samples`` draws of the logits per layer (exactly Gaussian,
+:meth:`Attention._sampled_gram_tokens`), the same draws at every layer of a walk; :func:`meanfield.kernels`
+and ``token_jacobians`` run 8 independent walks and report the standard error beside the mean
+(``Kernels.nngp_se``, ``chi_J_se``, ...), refusing a result whose relative error exceeds ``rtol``. Not derived
+here: the NTK (the query and key weights contribute at this scaling) and tied weights (their logits' mean
+grows like sqrt(d_h): hard attention); both are refused by name, as is ``position_fixed_point``.
 """
 from __future__ import annotations
 
@@ -74,6 +97,10 @@ class Attention(Primitive):
     sigma_v: sp.Expr = sp.Integer(1)
     sigma_o: sp.Expr = S.sigma_w
     sigma_b: sp.Expr = S.sigma_b
+    #: scaling='1/sqrt(d)': the logit draws per layer of one walk (its Gaussian expectation by Monte Carlo)
+    samples: int = 2048
+    #: scaling='1/sqrt(d)': the largest relative standard error of a result; above it the call refuses
+    rtol: float = 0.01
     #: it mixes the tokens of an input: kernels() takes (n, T, d) inputs
     axis = "tokens"
     output_gaussian = True
@@ -87,6 +114,8 @@ class Attention(Primitive):
             raise ValueError(f"tied must be True or False, got {self.tied!r}")
         object.__setattr__(self, "tied", bool(self.tied))
         check_choice("scaling", self.scaling, SCALINGS)
+        object.__setattr__(self, "samples", check_int("samples", self.samples, 16))
+        object.__setattr__(self, "rtol", float(check_real("rtol", self.rtol, minimum=0, strict=True)))
         for name in _SIGMAS:
             check_real(name, getattr(self, name), minimum=0)
 
@@ -98,13 +127,14 @@ class Attention(Primitive):
     def chi(self, s):
         self.forward(s)
 
+    @property
+    def sampled(self) -> bool:
+        """Whether its expectation is taken by sampling the logits (1/sqrt(d_h) scaling)."""
+        return self.scaling != "1/d"
+
     def weights(self, s, walk) -> np.ndarray:
-        """The attention matrix P of each input, shape (n, T, T) (rows sum to 1), at the state ``s``."""
-        if self.scaling != "1/d":
-            raise ValueError(f"{self.short()}: with 1/sqrt(d_h) logits the attention weights stay random at "
-                             "infinite width (Gaussian logits, Hron et al. 2020) and their kernel has no closed "
-                             "form; this package does not compute it yet. Use scaling='1/d', or Monte Carlo "
-                             "(meanfield.verification.monte_carlo), which realises both scalings")
+        """The attention matrix P of each input, shape (n, T, T) (rows sum to 1), at the state ``s`` (1/d_h
+        logits: deterministic)."""
         n, T = s.A.shape[:2]
         if not self.tied:
             return np.full((n, T, T), 1.0 / T)
@@ -116,7 +146,10 @@ class Attention(Primitive):
     def gram_tokens(self, s, walk):
         """Over (input, token) pairs (``s`` a :class:`~.state.TokenSignal`): A -> sigma_o^2 sigma_v^2 P A P^T
         + sigma_b^2, B -> 0, the NTK and the Jacobian between positions as in the module notes; the gap of
-        near-parallel entries is not carried (G -> None)."""
+        near-parallel entries is not carried (G -> None). With 1/sqrt(d_h) logits, the expectations over
+        them (:meth:`_sampled_gram_tokens`)."""
+        if self.sampled:
+            return self._sampled_gram_tokens(s, walk)
         P = self.weights(s, walk)
         sv2, so2 = walk.number(self.sigma_v) ** 2, walk.number(self.sigma_o) ** 2
         sb2 = walk.number(self.sigma_b) ** 2
@@ -136,26 +169,70 @@ class Attention(Primitive):
         J = None if s.J is None else so2 * sv2 * np.einsum("apu,auvw,aqv->apqw", P, s.J, P, optimize=True)
         return replace(s, A=A, B=np.zeros_like(A), TA=TA, TB=TB, gaussian=True, G=None, J=J)
 
+    def _sampled_gram_tokens(self, s, walk):
+        r"""The 1/sqrt(d_h) layer (module notes, "1/sqrt(d_h) logits"): the expectations over the Gaussian
+        logits by ``samples`` draws, the same draws at every layer of a walk (``walk.seed``), so that a walk
+        is a deterministic map and independent walks (other seeds) give the error (``meanfield.gram.tokens.replicated``).
+
+        Logits of all inputs at once: with A = L L^T over the (input, token) pairs and G a standard normal
+        (nT, nT) matrix, Z = L G L^T has Cov(Z_ab, Z_a'b') = A_aa' A_bb', so s_x = sigma_q sigma_k Z_{xx}
+        (the diagonal blocks) has the logits' covariance exactly.
+        """
+        if self.tied:
+            raise ValueError(f"{self.short()}: with tied query and key weights the 1/sqrt(d_h) logits have a mean "
+                             "that grows like sqrt(d_h) (hard attention at infinite width): no limit to compute; "
+                             "use tied=False, or scaling='1/d'")
+        if walk.ntk:
+            raise ValueError(f"{self.short()}: the NTK of 1/sqrt(d_h) attention (its query and key weights "
+                             "contribute at infinite width) is not derived here; ask for the NNGP alone "
+                             "(get='nngp')")
+        n, T = s.A.shape[:2]
+        c = walk.number(self.sigma_q) * walk.number(self.sigma_k)
+        sv2, so2 = walk.number(self.sigma_v) ** 2, walk.number(self.sigma_o) ** 2
+        sb2 = walk.number(self.sigma_b) ** 2
+        M = s.A.reshape(n * T, n * T)
+        lam, U = np.linalg.eigh(0.5 * (M + M.T))
+        L = U * np.sqrt(np.clip(lam, 0.0, None))
+        same = s.same_input                                          # (n, T, T)
+        rng = np.random.default_rng([int(walk.seed), 0x5A77])
+        A = np.zeros_like(s.A)
+        J = None if s.J is None else np.zeros_like(s.J)
+        chunk = max(1, min(self.samples, 2**22 // (n * T) ** 2))
+        for start in range(0, self.samples, chunk):
+            k = min(chunk, self.samples - start)
+            Z = L @ rng.standard_normal((k, n * T, n * T)) @ L.T
+            logits = c * np.einsum("kxtxu->kxtu", Z.reshape(k, n, T, n, T))
+            e = np.exp(logits - logits.max(axis=3, keepdims=True))
+            P = e / e.sum(axis=3, keepdims=True)                     # (k, n, T, T)
+            A += np.einsum("kxtu,xuyv,kysv->xtys", P, s.A, P, optimize=True)
+            if J is not None:
+                J += _sampled_jacobian(P, same, s.J, c)
+        A = so2 * sv2 * A / self.samples + sb2
+        J = None if J is None else so2 * sv2 * J / self.samples
+        return replace(s, A=A, B=np.zeros_like(A), TA=None, TB=None, gaussian=True, G=None, J=J)
+
     def short(self, num=format_number):
         args = [] if self.heads == 1 else [f"heads={self.heads}"]
         args += ["tied=True"] if self.tied else []
         args += [] if self.scaling == "1/d" else [f"scaling={self.scaling!r}"]
         defaults = dict(zip(_SIGMAS, (1, 1, 1, S.sigma_w, S.sigma_b)))
         args += [f"{k}={num(getattr(self, k))}" for k in _SIGMAS if getattr(self, k) != defaults[k]]
+        args += [] if self.samples == 2048 else [f"samples={self.samples}"]
+        args += [] if self.rtol == 0.01 else [f"rtol={self.rtol:g}"]
         return f"attention({', '.join(args)})"
 
     def to_json(self):
         return {"type": "Attention", "heads": self.heads, "tied": self.tied, "scaling": self.scaling,
-                **{k: json_value(getattr(self, k)) for k in _SIGMAS}}
+                **{k: json_value(getattr(self, k)) for k in _SIGMAS}, "samples": self.samples, "rtol": self.rtol}
 
     @classmethod
     def from_json(cls, fields, path, read_tree):
-        allowed = {"heads", "tied", "scaling", *_SIGMAS}
+        allowed = {"heads", "tied", "scaling", "samples", "rtol", *_SIGMAS}
         unknown = set(fields) - allowed
         if unknown:
             raise ValueError(f"{path}: Attention has no field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
         sigmas = {k: value_from_json(f"{path}.{k}", fields[k]) for k in _SIGMAS if k in fields}
-        rest = {k: fields[k] for k in ("heads", "tied", "scaling") if k in fields}
+        rest = {k: fields[k] for k in ("heads", "tied", "scaling", "samples", "rtol") if k in fields}
         return cls(**rest, **sigmas)
 
     def torch_forward(self, z, ctx):
@@ -200,8 +277,26 @@ class Attention(Primitive):
         return out
 
 
+def _sampled_jacobian(P, A, V, c):
+    r"""sum over the draws of the Jacobian map of 1/sqrt(d_h) attention, before sigma_o^2 sigma_v^2 (module notes):
+
+        P V P^T + c^2 (V o F_A + A o F_V),   F_X[t, t'] = <D^t A D^t', X>,   D^t = diag(P_t) - P_t P_t^T,
+
+    per input; ``P`` (k, n, T, T) draws, ``A`` (n, T, T) the token kernel, ``V`` (n, T, T, m) the Jacobians
+    between positions of m walks. Returns (n, T, T, m)."""
+    D = np.einsum("kxtu,uw->kxtuw", P, np.eye(P.shape[-1])) - np.einsum("kxtu,kxtw->kxtuw", P, P)
+    E = np.einsum("kxtuw,xwv->kxtuv", D, A, optimize=True)          # D^t A
+
+    def F(X):   # <D^t A D^s, X> for every (t, s); X (n, T, T, m)
+        H = np.einsum("kxtuv,xuzm->kxtvzm", E, X, optimize=True)
+        return np.einsum("kxtvzm,kxsvz->xtsm", H, D, optimize=True)
+
+    value = np.einsum("kxtu,xuvm,kxsv->xtsm", P, V, P, optimize=True)
+    return value + c**2 * (V * F(A[..., None]) + A[..., None] * F(V))
+
+
 def attention(heads: int = 1, *, tied: bool = False, scaling: str = "1/d", sigma_q=1.0, sigma_k=1.0, sigma_v=1.0,
-              sigma_o=None, sigma_b=None) -> Attention:
+              sigma_o=None, sigma_b=None, samples: int = 2048, rtol: float = 0.01) -> Attention:
     """Multi-head self-attention over the tokens with its output projection, at infinite width (module notes).
 
     ``heads``: the number of heads (the channels split into heads of d / heads); ``tied``: one matrix for
@@ -214,4 +309,4 @@ def attention(heads: int = 1, *, tied: bool = False, scaling: str = "1/d", sigma
     sig = {name: parameter(name, v, default) for name, v, default in (
         ("sigma_q", sigma_q, sp.Integer(1)), ("sigma_k", sigma_k, sp.Integer(1)), ("sigma_v", sigma_v, sp.Integer(1)),
         ("sigma_o", sigma_o, S.sigma_w), ("sigma_b", sigma_b, S.sigma_b))}
-    return Attention(heads, tied, scaling, **sig)
+    return Attention(heads, tied, scaling, **sig, samples=samples, rtol=rtol)

@@ -67,6 +67,11 @@ def _walk(spec, grid):
     spec.require_values("position_fixed_point")
     if not spec.has_tokens:
         raise ValueError("arch has no positions; use meanfield.fixed_point for a tree with a scalar recursion")
+    sampled = [p for p in spec.nodes() if getattr(p, "sampled", False)]
+    if sampled:
+        raise ValueError(f"{sampled[0].short()}: its expectation is sampled (1/sqrt(d) logits), and the fixed point "
+                         "of a sampled map has no error estimate here yet; use token_jacobians over many blocks, "
+                         "or scaling='1/d'")
     grid = tuple(check_int("grid", g, 1) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
     if len(grid) != spec.position_dims:
         raise ValueError(f"grid={grid}: the tree's convolutions run over {spec.position_dims} position axes; "

@@ -12,7 +12,8 @@ module keeps locally only what is particular to it.
   (Williams 1997), the arc-cosine kernels (Cho & Saul 2009), the two-point GELU form
   (Tsuchida et al. 2021), one-point conditional means, erf's and GELU's critical lines
   (paper eqs. 126/142, 157-158), chi_J* of the zero-padded LayerNorm ResNet (derived by hand,
-  docs/gram.md), the tied-attention walk on tokens of equal norms and overlaps (derived by hand).
+  docs/gram.md), the tied-attention walk on tokens of equal norms and overlaps and one 1/sqrt(d) attention
+  layer on two tokens (derived by hand).
 * :mod:`.solves`: fixed points, critical lines and points by mp.findroot.
 * :mod:`.gram_pair`: the 50-digit pair recursion (K, NTK) of the MLP/ResNet/LayerNorm blocks.
 * :mod:`.gram_batch_tokens`: the BatchNorm walk over a batch and the ResMLP/Mixer token blocks.
@@ -25,7 +26,8 @@ re-exported here.
 """
 from .closed_forms import (d2gelu, d3gelu, d4gelu, derf, dgelu, erf_cond, erf_critical_sigma_b, erf_dphi2,
                            erf_one, erf_pair, erf_phi2, gelu, gelu_cond, gelu_critical_line, gelu_one, gelu_pair,
-                           ln_resnet_chi_star, relu_cond, scale_invariant_pair, tied_attention_walk)
+                           ln_resnet_chi_star, relu_cond, scale_invariant_pair, sqrt_attention_two_tokens,
+                           tied_attention_walk)
 from .gaussian import expect, expect_conditional, expect_smooth_pair, ncdf, npdf
 from .solves import (WIDE_CUTS, erf_critical_line, gelu_critical_point, gelu_expansion, gelu_maps,
                      mlp_fixed_point)
