@@ -1,4 +1,5 @@
-r"""Self-attention over the tokens at infinite width: softmax(q k^T / d_h) v, with 1/d_h-scaled logits.
+r"""Self-attention over the tokens at infinite width: softmax(q k^T / d_h) v (closed forms) and the standard
+softmax(q k^T / sqrt(d_h)) v (Gaussian logits, sampled expectations with their error).
 
 The layer, on the tokens h_u (u = 1..T, d channels each), with H heads of d_h = d / H channels:
 
@@ -26,10 +27,10 @@ kernel A over (input, token) pairs, :class:`~.state.TokenSignal`),
 
 (independent rows of W_O and independent output biases make different channels uncorrelated).
 
-**Partial Jacobian.** The path through the softmax weights changes each logit by O(1 / sqrt(d)) per unit
-change of a token (its gradient is q / d_h or k / d_h), and carries rank at most T per head, so its share
-of J = 1/N sum_ij (dz_i / dh_j)^2 is O(1 / d_h) and vanishes in the limit: the Jacobian between positions
-maps as the kernel does, V' = sigma_o^2 sigma_v^2 P V P^T (``TokenSignal.J``).
+**Partial Jacobian (1/d_h logits).** The path through the softmax weights changes each logit by
+O(1 / sqrt(d)) per unit change of a token (its gradient is q / d_h or k / d_h), and carries rank at most T
+per head, so its share of J = 1/N sum_ij (dz_i / dh_j)^2 is O(1 / d_h) and vanishes in the limit: the
+Jacobian between positions maps as the kernel does, V' = sigma_o^2 sigma_v^2 P V P^T (``TokenSignal.J``).
 
 **NTK.** W_O and W_V each add sigma_o^2 sigma_v^2 P A P^T ('ntk' parameterisation), or width sigma_v^2 P A
 P^T + 1 and width sigma_o^2 P A P^T ('standard', W trained directly, fan-in = width); the earlier layers'
@@ -172,7 +173,8 @@ class Attention(Primitive):
     def _sampled_gram_tokens(self, s, walk):
         r"""The 1/sqrt(d_h) layer (module notes, "1/sqrt(d_h) logits"): the expectations over the Gaussian
         logits by ``samples`` draws, the same draws at every layer of a walk (``walk.seed``), so that a walk
-        is a deterministic map and independent walks (other seeds) give the error (``meanfield.gram.tokens.replicated``).
+        is a deterministic map and independent walks (other seeds) give the error
+        (``meanfield.gram.tokens.replicated``).
 
         Logits of all inputs at once: with A = L L^T over the (input, token) pairs and G a standard normal
         (nT, nT) matrix, Z = L G L^T has Cov(Z_ab, Z_a'b') = A_aa' A_bb', so s_x = sigma_q sigma_k Z_{xx}
