@@ -14,7 +14,7 @@ import pytest
 
 import meanfield as mf
 import references as R
-from meanfield.gram.tokens import token_jacobians, token_state
+from meanfield.gram.tokens import token_correlations, token_jacobians, token_state
 
 DEEP, WIDE = 20, 512
 
@@ -313,3 +313,62 @@ def test_monte_carlo_reproduces_the_papers_vit_claims():
     assert np.all(1 - c > 4 * se), (c, se)
     c, se = chi(mf.serial(att))
     assert c[-1] / c[0] > 1e20 and c[0] < 0.1, (c, se)
+
+
+# ---------------------------------------------------------------------------
+# Rank collapse: the correlation between tokens.
+# ---------------------------------------------------------------------------
+def test_token_correlations_on_orthonormal_tokens_are_the_closed_form():
+    """A tied chain on orthonormal tokens keeps A = a I + b 1 1^T, so rho^l = b / (a + b) (the hand-derived
+    walk, mpmath); the collapse depth is the first layer past the threshold. Independent weights average
+    the tokens: every correlation is 1 after one layer."""
+    mp.mp.dps = 40
+    T, sw, sb, c, depth = 5, 1.25, 0.3, 2.0, 12
+    net = mf.Network(mf.attention(tied=True, sigma_q=c, sigma_k=1.0))
+    ref = [(sw**2, sb**2)] + [(p, q) for p, q, _, _ in R.tied_attention_walk(sw**2, sb**2, T, c, sw**2, sb**2,
+                                                                           depth - 1)]
+    want = np.array([float(q / (p + q)) for p, q in ref])
+    got = token_correlations(net, _orthonormal_tokens(T, 16), depth, sw, sb, threshold=0.5)
+    np.testing.assert_allclose(got["rho"][:, 0], want, rtol=1e-13)
+    assert got["collapse_depth"][0] == np.argmax(want >= 0.5) + 1 and 1 < got["collapse_depth"][0] < depth
+    avg = token_correlations(mf.Network(mf.attention()), np.random.default_rng(1).standard_normal((2, 4, 3)), 3,
+                             1.0, 0.2)
+    np.testing.assert_allclose(avg["rho"][1:], 1.0, rtol=1e-14)
+    assert (avg["collapse_depth"] == 2).all()
+    with pytest.raises(ValueError, match="two tokens"):
+        token_correlations(net, np.ones((1, 1, 4)), 3, 1.0, 0.0)
+    with pytest.raises(ValueError, match="threshold"):
+        token_correlations(net, np.ones((1, 3, 4)), 3, 1.0, 0.0, threshold=1.5)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("attention", [mf.attention(tied=True, sigma_q=1.5, sigma_k=1.5), STANDARD],
+                         ids=["tied-1/d", "standard-1/sqrt(d)"])
+def test_token_correlations_are_the_realised_cosine_similarities(attention):
+    """The mean cosine similarity between the token vectors of realised pre-LN networks (depth 20, 512
+    channels, 16 initialisations, one input of 6 random tokens), layer by layer, against rho^l within
+    4 standard errors + 2 l / width. Measured max |z|: 2.4 (tied), 0.9 (standard); both collapse past 0.9
+    by block 7-8."""
+    torch = pytest.importorskip("torch")
+    from meanfield.torch.networks import Context, input_layer, realise
+
+    net = mf.Network(mf.transformer("gelu", "pre", attention), mu=0.8)
+    sw, sb, I = 1.2, 0.1, 16
+    x = np.random.default_rng(0).standard_normal((1, 6, 16))
+    th = token_correlations(net, x, DEEP, sw, sb)
+    ctx = Context(None, {"sigma_w": [sw], "sigma_b": [sb], "mu": [0.8]}, "cpu", torch.float64, seed=3,
+                  init_ids=range(I))
+    z = input_layer(WIDE)(torch.tensor(x)[None, None, None].expand(I, 1, 1, 1, 6, 16).contiguous(), ctx)
+    block = realise(net)
+    off = ~torch.eye(6, dtype=torch.bool)
+    for layer in range(1, DEEP + 1):
+        if layer > 1:
+            z = block(z, ctx)
+        h = z[:, 0, 0, 0]
+        h = h / h.norm(dim=-1, keepdim=True)
+        per_init = (h @ h.transpose(1, 2))[:, off].mean(-1).numpy()
+        mc, se = per_init.mean(), per_init.std(ddof=1) / np.sqrt(I)
+        t = th["rho"][layer - 1, 0]
+        se_t = th["rho_se"][layer - 1, 0] if "rho_se" in th else 0.0
+        assert abs(mc - t) <= 4 * np.hypot(se, se_t) + 2 * layer / WIDE * abs(t), (layer, mc, se, t)

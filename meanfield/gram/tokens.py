@@ -116,7 +116,8 @@ from ..layers.combinators import Chain
 from ..layers.state import TokenSignal
 from .pair_maps import _NEAR, _cached, _compile_layers, _full, _input_gap, _lambdify, _naive_gap, _values
 
-__all__ = ["token_kernels", "token_inputs", "token_state", "token_jacobians", "TokenWalk", "replicated"]
+__all__ = ["token_kernels", "token_inputs", "token_state", "token_jacobians", "token_correlations", "TokenWalk",
+           "replicated"]
 
 
 def token_inputs(name, x, position_dims=1):
@@ -281,9 +282,9 @@ def replicated(run, spec, walks: int = 8):
     return mean, se
 
 
-def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False, readout="mean", seed=0):
-    """The state after depth - 1 blocks for images x (n, T, d) or (n, H, W, d), and the pooled diagonal per
-    layer (``seed``: the draws of sampled nodes)."""
+def _states(spec, x, depth, sw, sb, parameterization="ntk", want_ntk=False, width=1.0, seed=0):
+    """The states h^1 .. h^depth for images x (n, T, d) or (n, H, W, d): the input layer's, then one per block
+    (``seed``: the draws of sampled nodes)."""
     grid = x.shape[1:-1]
     x = x.reshape(x.shape[0], -1, x.shape[-1])
     n, T, d = x.shape
@@ -295,12 +296,19 @@ def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=Fa
     walk = TokenWalk(_values(spec), parameterization, want_ntk, sw, sb, width)
     walk.seed = seed
     block = spec.block_spec()
-    diag = [np.diag(_readout(s.A, readout)).copy()] if per_layer else None
+    yield s
     with np.errstate(all="ignore"):
         for _ in range(depth - 1):
             s = block.gram_tokens(s, walk)
-            if per_layer:
-                diag.append(np.diag(_readout(s.A, readout)).copy())
+            yield s
+
+
+def _run(spec, x, depth, sw, sb, parameterization, want_ntk, width, per_layer=False, readout="mean", seed=0):
+    """The state after depth - 1 blocks, and the pooled diagonal per layer (:func:`_states`)."""
+    diag = [] if per_layer else None
+    for s in _states(spec, x, depth, sw, sb, parameterization, want_ntk, width, seed):
+        if per_layer:
+            diag.append(np.diag(_readout(s.A, readout)).copy())
     return s, diag
 
 
@@ -422,6 +430,51 @@ def token_jacobians(arch, x, depth, sigma_w, sigma_b, per_layer=False):
 
     out, se = replicated(walk_once, spec)
     return out | {f"{k}_se": v for k, v in se.items()}
+
+
+def token_correlations(arch, x, depth, sigma_w, sigma_b, threshold=0.9):
+    r"""Rank collapse: the correlation between the tokens (positions) of each input, layer by layer.
+
+    rho^l(x) = mean over pairs t != t' of A_tt' / sqrt(A_tt A_t't'), A the token kernel of h^l(x): at
+    infinite width the mean cosine similarity h_t . h_t' / (|h_t| |h_t'|) between the token vectors, which
+    attention drives to 1 when the tokens collapse onto one (Dong et al. 2021, "Attention is not all you
+    need"; Noci et al. 2022, "Signal propagation in transformers", who measure this cosine similarity).
+
+    ``x``: inputs (n, T, d) (T >= 2) or (n, H, W, d) as for :func:`meanfield.kernels`; ``threshold`` in
+    (-1, 1]. Returns a dict: ``rho`` (depth, n) for l = 1..depth (h^1 the input layer's); ``collapse_depth``
+    (n,), the first l with rho^l >= threshold (0 where it is never reached within ``depth``); with sampled
+    nodes (1/sqrt(d) attention) ``rho_se``, the standard error of ``rho`` (:func:`replicated`).
+    """
+    from .._validate import check_real
+    from ..calculus import as_architecture
+
+    spec = as_architecture(arch)
+    if not spec.has_tokens:
+        raise ValueError("arch has no positions or tokens; token correlations need a tree over them")
+    depth = int(depth)
+    if depth < 1:
+        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    threshold = float(check_real("threshold", threshold, minimum=-1.0, maximum=1.0, strict=True))
+    x = token_inputs("x", x, spec.position_dims)
+    if np.prod(x.shape[1:-1]) < 2:
+        raise ValueError(f"x must hold at least two tokens (positions) per input, got shape {x.shape}")
+    sw, sb = float(sigma_w), float(sigma_b)
+
+    def walk_once(seed):
+        rho = []
+        for s in _states(spec, x, depth, sw, sb, seed=seed):
+            A = s.same_input
+            d = np.sqrt(np.einsum("att->at", A))
+            r = A / (d[:, :, None] * d[:, None, :])
+            T = r.shape[1]
+            rho.append((r.sum(axis=(1, 2)) - np.einsum("att->a", r)) / (T * (T - 1)))
+        return {"rho": np.array(rho)}
+
+    out, se = replicated(walk_once, spec)
+    rho = out["rho"]
+    reached = rho >= threshold
+    first = np.where(reached.any(axis=0), reached.argmax(axis=0) + 1, 0)
+    return {"rho": rho, "collapse_depth": first} | ({"rho_se": se["rho"]} if se else {})
 
 
 def token_kernels(spec, x1, x2, depth, sw, sb, parameterization, get, width, per_layer, readout="mean"):
