@@ -213,6 +213,34 @@ class Attention(Primitive):
         J = None if J is None else so2 * sv2 * J / self.samples
         return replace(s, A=A, B=np.zeros_like(A), TA=None, TB=None, gaussian=True, G=None, J=J)
 
+    torch_modules_read = "nn.MultiheadAttention"
+
+    @classmethod
+    def from_torch_module(cls, module, value, where):
+        """``nn.MultiheadAttention`` used as self-attention on (batch, tokens, channels): the standard
+        1/sqrt(d_h) layer with every projection at the scanned sigma_w (as :func:`meanfield.torch.initialise_`
+        draws them) and the output bias at sigma_b; ValueError naming ``where`` for what the theory has
+        not (tokens first, other key or value sizes, learned extra keys, zero attention, dropout in training,
+        query/key/value biases away from their initial 0)."""
+        import torch
+        from torch import nn
+
+        if not isinstance(module, nn.MultiheadAttention):
+            return None
+        if not module.batch_first:
+            raise ValueError(f"{where}: batch_first=False takes (tokens, batch, channels); from_torch reads "
+                             "(batch, tokens, channels): build it with batch_first=True")
+        if not module._qkv_same_embed_dim or module.bias_k is not None or module.add_zero_attn:
+            raise ValueError(f"{where}: kdim/vdim other than embed_dim, add_bias_kv or add_zero_attn are not "
+                             "in the theory's attention")
+        if module.dropout and module.training:
+            raise ValueError(f"{where}: attention dropout {module.dropout} in training mode; call .eval()")
+        if module.in_proj_bias is not None and torch.any(module.in_proj_bias.detach() != 0):
+            raise ValueError(f"{where}: in_proj_bias is not 0 (its value at initialisation); the theory's "
+                             "queries, keys and values have no bias (meanfield.torch.initialise_ sets it to 0)")
+        return attention(module.num_heads, scaling="1/sqrt(d)", sigma_q="sigma_w", sigma_k="sigma_w",
+                         sigma_v="sigma_w", sigma_b=None if module.out_proj.bias is not None else 0)
+
     def short(self, num=format_number):
         args = [] if self.heads == 1 else [f"heads={self.heads}"]
         args += ["tied=True"] if self.tied else []

@@ -30,6 +30,8 @@ activation modules and functional forms     ``act(...)`` (the table of :mod:`.to
 ``nn.LayerNorm([C, H, W])``, ``nn.GroupNorm``  ``layer_norm(axis='positions')`` (after a convolution; the
                                             groups of a GroupNorm hold the population's statistics at
                                             infinite channels)
+``nn.MultiheadAttention`` (``batch_first``)  ``attention(heads, scaling='1/sqrt(d)')``, every projection at
+as self-attention, ``att(a, a, a)[0]``      sigma_w (masks, cross-attention, extra keys refused)
 ``nn.AdaptiveAvgPool2d(1)``, ``x.mean((2,   the read-out's input (global average pooling, as
 3))``, then ``flatten`` and ``nn.Linear``   ``kernels(readout='mean')``); a flatten of the positions
                                             alone: ``readout='flatten'``; not part of the block
@@ -66,7 +68,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import calculus as C
-from ..layers import primitive_classes, short
+from ..layers import Attention, primitive_classes, short
 from ..layers.conv import Conv
 from .activations import read_function
 
@@ -217,6 +219,7 @@ class _Reader:
         m = self.gm.get_submodule(node.target)
         where = _where(node, pos) + f" [{type(m).__name__}]"
         x = self.val(node.args[0], node, pos) if node.args else None
+        self.single_input_call(node, where)
         if isinstance(m, nn.Flatten):
             self.vals[node] = self.flatten_input(x, where)
             return
@@ -234,6 +237,19 @@ class _Reader:
         reads = ", ".join(cls.torch_modules_read for cls in _module_readers())
         raise ValueError(f"{where}: unsupported module {type(m).__name__}; from_torch reads {reads}, "
                          "residual additions and scales")
+
+    @staticmethod
+    def single_input_call(node, where):
+        """ValueError unless a module is called on its input alone: every other tensor argument the same
+        value (self-attention's query, key and value), other arguments None or False except the harmless
+        ``need_weights`` / ``average_attn_weights`` (masks, cross-attention and causality are not read)."""
+        others = list(node.args[1:]) + [v for k, v in node.kwargs.items()
+                                        if k not in ("need_weights", "average_attn_weights")]
+        for a in others:
+            if a is node.args[0] or a is None or a is False:
+                continue
+            raise ValueError(f"{where}: called with {a!r} besides its input; from_torch reads a module applied "
+                             "to one value (self-attention with query = key = value, no mask, not causal)")
 
     def _act(self, node, x, phi, where):
         self.vals[node] = self.extend(x, C.ActivationLayer.on_torch_value(phi, x, where), node, gaussian=False)
@@ -263,6 +279,14 @@ class _Reader:
         if (tgt is torch.mean or name == "mean") and args and args[0] in self.vals:
             dim = args[1] if len(args) > 1 else node.kwargs.get("dim")
             self.vals[node] = self.position_mean(self.vals[args[0]], dim, node.kwargs.get("keepdim", False), where)
+            return
+        if tgt is _op("getitem") and args and args[0] in self.vals and isinstance(args[1], int):
+            # nn.MultiheadAttention returns (output, weights): [0] is the layer's output, the weights are
+            # not a value of the network (an error if anything uses them)
+            if not isinstance(self.vals[args[0]].layers[-1], Attention):
+                raise ValueError(f"{where}: indexing a tensor is not read (only the output of attention, [0])")
+            if args[1] == 0:
+                self.vals[node] = self.vals[args[0]]
             return
         if tgt in (torch.matmul, _op("matmul")) or name == "matmul":
             self.vals[node] = self.matmul(node, pos, where)
@@ -715,7 +739,8 @@ def initialise_(module, sigma_w=1.0, sigma_b=0.0, generator=None, example_input=
     """Draw ``module``'s weights in place: W ~ N(0, sigma_w^2/fan_in), b ~ N(0, sigma_b^2).
 
     Every ``nn.Linear``, ``nn.Conv1d`` and ``nn.Conv2d`` is drawn (the input layer and a read-out too;
-    a convolution's fan-in counts its input channels times its taps);
+    a convolution's fan-in counts its input channels times its taps), and the query, key and value
+    projections of ``nn.MultiheadAttention`` (their biases set to 0; its output projection is a Linear);
     LayerNorm / RMSNorm / BatchNorm / GroupNorm affine parameters are set to (1, 0).
     With ``example_input`` (one input batch) the module is also read as by
     :func:`from_torch`, and its custom linear layers (``F.linear(x, W, b)``,
@@ -733,6 +758,11 @@ def initialise_(module, sigma_w=1.0, sigma_b=0.0, generator=None, example_input=
                   if c is not None)
     with torch.no_grad():
         for m in module.modules():
+            if isinstance(m, nn.MultiheadAttention) and m._qkv_same_embed_dim:
+                # queries, keys, values: three (d, d) blocks of fan-in d, without bias (the theory's)
+                m.in_proj_weight.normal_(0.0, float(sigma_w) / math.sqrt(m.embed_dim), generator=generator)
+                if m.in_proj_bias is not None:
+                    m.in_proj_bias.zero_()
             if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d)):
                 fan_in = m.weight[0].numel()   # in_features, or in_channels / groups x the kernel's taps
                 m.weight.normal_(0.0, float(sigma_w) / math.sqrt(fan_in), generator=generator)
@@ -786,6 +816,18 @@ class _Capture(torch.fx.Interpreter):
         return out
 
 
+def _math_attention():
+    """Scaled dot-product attention by its composite (math) kernel: the fused CPU kernels that
+    nn.MultiheadAttention calls have no forward-mode derivative, which the APJN probes need."""
+    import contextlib
+
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:   # older torch: one kernel, with its derivative
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.MATH])
+
+
 def monte_carlo_module(module, x, sigma_w, sigma_b, n_init=16, seed=0, n_probes=1):
     """Monte Carlo on the user's own module: K^l and J^{1,l} at the block boundaries (in a body of stages,
     which repeats no block, after every residual block).
@@ -821,7 +863,8 @@ def monte_carlo_module(module, x, sigma_w, sigma_b, n_init=16, seed=0, n_probes=
         acc = np.zeros(len(w))
         for _ in range(int(n_probes)):
             v = torch.randn(h1.shape, generator=gen, dtype=h1.dtype)
-            _, tangents = torch.func.jvp(rest, (h1,), (v,))
+            with _math_attention():
+                _, tangents = torch.func.jvp(rest, (h1,), (v,))
             # J^{1,1} = 1 by definition; E||J v||^2 / N_l = tr(J J^T) / N_l for v ~ N(0, I)
             acc += np.array([1.0] + [float(t.detach().pow(2).sum() / t.numel()) for t in tangents])
         Js.append(acc / int(n_probes))
