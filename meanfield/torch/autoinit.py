@@ -106,6 +106,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from .. import autoinit as _theory
 from .._serialize import ShortRepr
 from .._validate import check_choice as _check_choice
+from ._sdpa import composite_attention
 from .estimators import batch_statistics, exact_apjn, hutchinson_apjn
 
 __all__ = [
@@ -334,7 +335,8 @@ class _Twin:
                         h.remove()
                 return tuple(outs)
 
-            prim, tang = torch.func.jvp(run, (seed_t,), (torch.ones_like(seed_t),))
+            with composite_attention():   # fused attention kernels have no forward-mode derivative
+                prim, tang = torch.func.jvp(run, (seed_t,), (torch.ones_like(seed_t),))
             J = tuple(t.reshape(t.shape[0], -1).pow(2).mean(1) for t in tang[1:])  # ||J u||^2 / N per sample
             K = tuple(p.reshape(p.shape[0], -1).pow(2).mean() for p in prim)
             return J, K

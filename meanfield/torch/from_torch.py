@@ -70,6 +70,7 @@ from torch import nn
 from .. import calculus as C
 from ..layers import Attention, primitive_classes, short
 from ..layers.conv import Conv
+from ._sdpa import composite_attention
 from .activations import read_function
 
 __all__ = ["from_torch", "initialise_", "monte_carlo_module", "ModuleMonteCarlo"]
@@ -816,18 +817,6 @@ class _Capture(torch.fx.Interpreter):
         return out
 
 
-def _math_attention():
-    """Scaled dot-product attention by its composite (math) kernel: the fused CPU kernels that
-    nn.MultiheadAttention calls have no forward-mode derivative, which the APJN probes need."""
-    import contextlib
-
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:   # older torch: one kernel, with its derivative
-        return contextlib.nullcontext()
-    return sdpa_kernel([SDPBackend.MATH])
-
-
 def monte_carlo_module(module, x, sigma_w, sigma_b, n_init=16, seed=0, n_probes=1):
     """Monte Carlo on the user's own module: K^l and J^{1,l} at the block boundaries (in a body of stages,
     which repeats no block, after every residual block).
@@ -863,7 +852,7 @@ def monte_carlo_module(module, x, sigma_w, sigma_b, n_init=16, seed=0, n_probes=
         acc = np.zeros(len(w))
         for _ in range(int(n_probes)):
             v = torch.randn(h1.shape, generator=gen, dtype=h1.dtype)
-            with _math_attention():
+            with composite_attention():
                 _, tangents = torch.func.jvp(rest, (h1,), (v,))
             # J^{1,1} = 1 by definition; E||J v||^2 / N_l = tr(J J^T) / N_l for v ~ N(0, I)
             acc += np.array([1.0] + [float(t.detach().pow(2).sum() / t.numel()) for t in tangents])
