@@ -362,6 +362,20 @@ def token_state(arch, x, depth, sigma_w, sigma_b, parameterization="ntk", ntk=Tr
     return {"A": s.A, "B": s.B, "TA": s.TA, "TB": s.TB}
 
 
+def _walk_arguments(arch, x, depth, instead: str):
+    """(the spec, the inputs as an array, depth) for a walk over positions; ValueError naming the argument
+    (``instead``: what to do for a tree without positions)."""
+    from ..calculus import as_architecture
+
+    spec = as_architecture(arch)
+    if not spec.has_tokens:
+        raise ValueError(f"arch has no positions or tokens; {instead}")
+    depth = int(depth)
+    if depth < 1:
+        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    return spec, token_inputs("x", x, spec.position_dims), depth
+
+
 def token_jacobians(arch, x, depth, sigma_w, sigma_b, per_layer=False):
     r"""Partial Jacobians of a tree over positions (convolutions, pooling, token blocks) on given inputs.
 
@@ -392,15 +406,7 @@ def token_jacobians(arch, x, depth, sigma_w, sigma_b, per_layer=False):
     of stages, ``resnet_v2``'s: every residual block), so ``depth`` blocks give depth x (layers per block)
     rows, J^{1,l} through every one of them (a block that is not a serial is one layer).
     """
-    from ..calculus import as_architecture
-
-    spec = as_architecture(arch)
-    if not spec.has_tokens:
-        raise ValueError("arch has no positions or tokens; use meanfield.chi_J for an MLP")
-    depth = int(depth)
-    if depth < 1:
-        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
-    x = token_inputs("x", x, spec.position_dims)
+    spec, x, depth = _walk_arguments(arch, x, depth, "use meanfield.chi_J for an MLP")
     grid = x.shape[1:-1]
     rows = x.reshape(x.shape[0], -1, x.shape[-1])
     n, T, d = rows.shape
@@ -446,16 +452,9 @@ def token_correlations(arch, x, depth, sigma_w, sigma_b, threshold=0.9):
     nodes (1/sqrt(d) attention) ``rho_se``, the standard error of ``rho`` (:func:`replicated`).
     """
     from .._validate import check_real
-    from ..calculus import as_architecture
 
-    spec = as_architecture(arch)
-    if not spec.has_tokens:
-        raise ValueError("arch has no positions or tokens; token correlations need a tree over them")
-    depth = int(depth)
-    if depth < 1:
-        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    spec, x, depth = _walk_arguments(arch, x, depth, "token correlations need a tree over them")
     threshold = float(check_real("threshold", threshold, minimum=-1.0, maximum=1.0, strict=True))
-    x = token_inputs("x", x, spec.position_dims)
     if np.prod(x.shape[1:-1]) < 2:
         raise ValueError(f"x must hold at least two tokens (positions) per input, got shape {x.shape}")
     sw, sb = float(sigma_w), float(sigma_b)
